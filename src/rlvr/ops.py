@@ -1,0 +1,138 @@
+"""Pure tensor math shared by every plug-in: masked reductions, group statistics, log-probs, KL.
+
+No I/O, no models, no distributed calls. Masks are bool, True = trained token. Every statistic
+states its estimator: ``ddof`` (0 = population, 1 = unbiased) and ``eps`` are explicit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlvr.types import BatchError
+
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+
+
+# --- masked reductions ------------------------------------------------------------------------
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Sum of ``x`` where ``mask``; values at masked-out positions (even NaN) never leak in."""
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(dim=dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` where ``mask``; an empty selection gives 0, not NaN."""
+    count = mask.sum(dim=dim).to(x.dtype)
+    return masked_sum(x, mask, dim) / count.clamp(min=1)
+
+
+def masked_var(x: Tensor, mask: Tensor, ddof: int = 1) -> Tensor:
+    """Variance over all selected entries with ``count - ddof`` in the denominator (0 when undefined)."""
+    count = mask.sum().to(x.dtype)
+    mean = masked_mean(x, mask)
+    sq = masked_sum((x - mean) ** 2, mask)
+    return torch.where(count > ddof, sq / (count - ddof).clamp(min=1), torch.zeros_like(sq))
+
+
+def masked_whiten(x: Tensor, mask: Tensor, ddof: int = 1, eps: float = 1e-8, shift_mean: bool = True) -> Tensor:
+    """``(x - mean) / sqrt(var + eps)`` over the selected entries (verl's convention: eps inside the root)."""
+    mean = masked_mean(x, mask)
+    out = (x - mean) * torch.rsqrt(masked_var(x, mask, ddof) + eps)
+    return out if shift_mean else out + mean
+
+
+# --- group statistics -------------------------------------------------------------------------
+
+@dataclass
+class GroupStats:
+    """Per-row statistics of the row's group (each tensor has shape (N,))."""
+
+    mean: Tensor  # (N,) mean of the group the row belongs to
+    std: Tensor  # (N,) std with the requested ddof; 0 for groups too small for it
+    count: Tensor  # (N,) group size
+    index: Tensor  # (N,) dense group index in [0, num_groups)
+
+
+def group_stats(x: Tensor, group_ids: Tensor, ddof: int = 1) -> GroupStats:
+    """Mean and standard deviation of ``x`` (N,) within groups given by ``group_ids`` (N,).
+
+    Groups need not be contiguous. A group with ``size <= ddof`` has std 0 (defined, not NaN);
+    estimators decide what a singleton means for them.
+    """
+    if x.dim() != 1 or group_ids.shape != x.shape:
+        raise BatchError(f"group_stats: x {tuple(x.shape)} and group_ids {tuple(group_ids.shape)} must both be (N,)")
+    _, index = torch.unique(group_ids, return_inverse=True)
+    g = int(index.max()) + 1 if index.numel() else 0
+    xf = x.to(torch.float64)  # small (N,) tensors: exact sums are cheap
+    count = torch.zeros(g, dtype=torch.float64, device=x.device).index_add_(0, index, torch.ones_like(xf))
+    total = torch.zeros(g, dtype=torch.float64, device=x.device).index_add_(0, index, xf)
+    mean = total / count
+    sq = torch.zeros(g, dtype=torch.float64, device=x.device).index_add_(0, index, (xf - mean[index]) ** 2)
+    var = torch.where(count > ddof, sq / (count - ddof).clamp(min=1), torch.zeros_like(sq))
+    dtype = x.dtype if x.is_floating_point() else torch.float32
+    return GroupStats(mean[index].to(dtype), var.sqrt()[index].to(dtype), count[index].to(dtype), index)
+
+
+def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
+    """(N,) per-sequence values → (N, T) on trained tokens, 0 elsewhere."""
+    return seq_values.unsqueeze(-1) * mask.to(seq_values.dtype)
+
+
+# --- log-probs and entropy --------------------------------------------------------------------
+
+def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 16) -> Tensor:
+    """log softmax(logits)[labels] for logits (N, T, V), labels (N, T) → (N, T).
+
+    Uses ``x_y − logsumexp(x)`` in row chunks, so no full-vocabulary log-softmax (or float64 copy)
+    of the whole batch is ever held at once.
+    """
+    out = []
+    for lo in range(0, logits.shape[0], chunk_rows):
+        chunk = logits[lo:lo + chunk_rows]
+        picked = chunk.gather(-1, labels[lo:lo + chunk_rows].unsqueeze(-1)).squeeze(-1)
+        out.append(picked.float() - torch.logsumexp(chunk.float(), dim=-1))
+    return torch.cat(out, dim=0)
+
+
+def entropy_from_logits(logits: Tensor, chunk_rows: int = 16) -> Tensor:
+    """Entropy of softmax(logits) over the last dim, (N, T, V) → (N, T), in row chunks."""
+    out = []
+    for lo in range(0, logits.shape[0], chunk_rows):
+        chunk = logits[lo:lo + chunk_rows].float()
+        probs = torch.softmax(chunk, dim=-1)
+        out.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(-1))
+    return torch.cat(out, dim=0)
+
+
+# --- KL estimators (Schulman, "Approximating KL divergence", 2020) ----------------------------
+
+def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3",
+                clamp: float | None = 10.0, straight_through: bool = False) -> Tensor:
+    """Per-token estimate of KL(π ‖ π_ref) from sampled tokens' log-probs (N, T) → (N, T).
+
+    k1 = log π − log π_ref; k2 = ½(log π − log π_ref)²; k3 = exp(log π_ref − log π) − (log π_ref − log π) − 1
+    (its log-ratio clamped to ±20 before exp, the result to ±``clamp`` when given; verl's
+    ``low_var_kl``); abs = |k1|. ``straight_through`` keeps the forward value but takes the
+    gradient of k2, the estimator whose gradient is unbiased for the KL gradient.
+    """
+    if kind not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator '{kind}'; valid: {', '.join(KL_ESTIMATORS)}")
+    diff = logprobs - ref_logprobs
+    if kind == "k1":
+        value = diff
+    elif kind == "abs":
+        value = diff.abs()
+    elif kind == "k2":
+        value = 0.5 * diff.square()
+    else:
+        log_ratio = (-diff).clamp(-20.0, 20.0)
+        value = log_ratio.exp() - log_ratio - 1
+        if clamp is not None:
+            value = value.clamp(-clamp, clamp)
+    if straight_through and kind != "k2":
+        surrogate = 0.5 * diff.square()
+        value = surrogate - surrogate.detach() + value.detach()
+    return value

@@ -1,0 +1,190 @@
+"""The data that flows through the pipeline (DESIGN.md §3).
+
+Vocabulary: ``N`` sequences = ``B`` prompts × ``G`` completions, ``T`` padded completion
+length, ``P`` padded prompt length, ``K`` reward objectives. One mask polarity everywhere:
+``completion_mask[i, t]`` is True when token ``t`` of sequence ``i`` is trained on.
+Group ids need not be contiguous: rows of one prompt may be anywhere in the batch.
+A reward field never holds an advantage and an advantage field never holds a reward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class BatchError(ValueError):
+    """A batch (or a plug-in input record) is malformed: wrong shape, dtype or values."""
+
+
+@dataclass
+class Problem:
+    """One verifiable problem."""
+
+    prompt: str
+    answer: str | None = None  # gold answer; None for label-free problems
+    solution: str | None = None  # optional worked solution (anchors, hints, privileged critics)
+    uid: str = ""  # stable id, used for per-problem state (selection, caching)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Score:
+    """A verifier's verdict on one completion."""
+
+    value: float  # the reward, usually in [0, 1]
+    parsed: str | None = None  # the answer the verifier extracted, if any
+    meta: dict[str, Any] = field(default_factory=dict)  # e.g. {"error": "timeout"}
+
+
+@dataclass
+class Rollouts:
+    """One batch of sampled completions with everything later stages add to it."""
+
+    problems: list[Problem]  # (N,) the problem of each row
+    prompt_ids: Tensor  # (N, P) left-padded prompt tokens
+    prompt_mask: Tensor  # (N, P) bool, True = real prompt token
+    completion_ids: Tensor  # (N, T) right-padded completion tokens
+    completion_mask: Tensor  # (N, T) bool, True = trained on
+    group_ids: Tensor  # (N,) int64, rows with the same id answer the same prompt
+    rollout_logprobs: Tensor | None = None  # (N, T) log-probs from the sampling engine
+    old_logprobs: Tensor | None = None  # (N, T) behaviour policy log-probs (trainer forward)
+    ref_logprobs: Tensor | None = None  # (N, T) reference policy log-probs
+    logprobs: Tensor | None = None  # (N, T) current policy log-probs
+    entropy: Tensor | None = None  # (N, T)
+    rewards: Tensor | None = None  # (N, K) float
+    reward_names: list[str] = field(default_factory=list)  # (K,)
+    token_rewards: Tensor | None = None  # (N, T) optional dense rewards
+    values: Tensor | None = None  # (N, T) optional critic values
+    advantages: Tensor | None = None  # (N, T)
+    texts: list[str] = field(default_factory=list)  # (N,) decoded completions
+    meta: dict[str, Any] = field(default_factory=dict)  # per-batch extras (e.g. scores' reasons)
+
+    def __post_init__(self) -> None:
+        n, t = check_mask(self.completion_mask, "completion_mask")
+        if len(self.problems) != n:
+            raise BatchError(f"Rollouts: {len(self.problems)} problems for {n} rows")
+        check_shape(self.completion_ids, (n, t), "completion_ids")
+        check_shape(self.group_ids, (n,), "group_ids")
+        for name in ("rollout_logprobs", "old_logprobs", "ref_logprobs", "logprobs",
+                     "entropy", "token_rewards", "values", "advantages"):
+            value = getattr(self, name)
+            if value is not None:
+                check_shape(value, (n, t), name)
+        if self.rewards is not None:
+            check_rewards(self.rewards, n)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.completion_mask.shape[0])
+
+    def select(self, rows: Tensor) -> "Rollouts":
+        """The sub-batch of the given row indices (a 1-D long tensor), every per-row field sliced."""
+        rows = rows.to(torch.long)
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                kwargs[f.name] = value[rows]
+            elif f.name in ("problems", "texts") and value:
+                kwargs[f.name] = [value[i] for i in rows.tolist()]
+            else:
+                kwargs[f.name] = value
+        return Rollouts(**kwargs)
+
+
+@dataclass
+class AdvantageInputs:
+    """What an advantage estimator may read. New estimators add optional fields, never positionals."""
+
+    rewards: Tensor  # (N, K) sequence-level rewards
+    mask: Tensor  # (N, T) bool, True = trained token
+    group_ids: Tensor  # (N,) int64
+    token_rewards: Tensor | None = None  # (N, T) dense rewards; when given, estimators that use them do
+    values: Tensor | None = None  # (N, T) critic values V(s_t)
+    reward_weights: Tensor | None = None  # (K,) weights of the objectives (default: first objective only)
+    logprobs: Tensor | None = None  # (N, T) current/behaviour log-probs, for estimators that need them
+    entropy: Tensor | None = None  # (N, T)
+
+    def __post_init__(self) -> None:
+        n, t = check_mask(self.mask, "mask")
+        check_rewards(self.rewards, n)
+        check_shape(self.group_ids, (n,), "group_ids")
+        for name in ("token_rewards", "values", "logprobs", "entropy"):
+            value = getattr(self, name)
+            if value is not None:
+                check_shape(value, (n, t), name)
+                check_finite(value, name)
+        if self.reward_weights is not None:
+            check_shape(self.reward_weights, (self.rewards.shape[1],), "reward_weights")
+
+    def scalar_rewards(self) -> Tensor:
+        """(N,) the weighted sum of objectives; objective 0 alone when no weights are given."""
+        if self.reward_weights is None:
+            return self.rewards[:, 0].float()
+        return self.rewards.float() @ self.reward_weights.to(self.rewards.device).float()
+
+
+@dataclass
+class LossInputs:
+    """What a policy loss may read."""
+
+    logprobs: Tensor  # (N, T) current policy, carries the gradient
+    old_logprobs: Tensor  # (N, T) behaviour policy, no gradient
+    advantages: Tensor  # (N, T)
+    mask: Tensor  # (N, T) bool, True = trained token
+    ref_logprobs: Tensor | None = None  # (N, T)
+    rollout_logprobs: Tensor | None = None  # (N, T) sampling engine's log-probs
+    entropy: Tensor | None = None  # (N, T)
+
+    def __post_init__(self) -> None:
+        n, t = check_mask(self.mask, "mask")
+        for name in ("logprobs", "old_logprobs", "advantages", "ref_logprobs",
+                     "rollout_logprobs", "entropy"):
+            value = getattr(self, name)
+            if value is not None:
+                check_shape(value, (n, t), name)
+
+
+@dataclass
+class LossOutput:
+    """A policy loss's per-token values (before aggregation) and its diagnostics."""
+
+    per_token: Tensor  # (N, T) loss at every position; aggregation applies the mask
+    metrics: dict[str, Tensor] = field(default_factory=dict)  # detached scalars
+
+
+# --- validation helpers: every message names the field and what was wrong ---------------------
+
+def check_mask(mask: Tensor, name: str) -> tuple[int, int]:
+    if not isinstance(mask, Tensor):
+        raise BatchError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise BatchError(f"{name} must be a bool tensor (True = trained token), got dtype {mask.dtype}")
+    if mask.dim() != 2:
+        raise BatchError(f"{name} must have shape (N, T), got {tuple(mask.shape)}")
+    return int(mask.shape[0]), int(mask.shape[1])
+
+
+def check_shape(x: Tensor, shape: tuple[int, ...], name: str) -> None:
+    if not isinstance(x, Tensor):
+        raise BatchError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if tuple(x.shape) != tuple(shape):
+        raise BatchError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
+
+
+def check_finite(x: Tensor, name: str) -> None:
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        bad = (~torch.isfinite(x)).nonzero()[:3].tolist()
+        raise BatchError(f"{name} holds NaN or infinite values (first at indices {bad})")
+
+
+def check_rewards(rewards: Tensor, n: int) -> None:
+    if not isinstance(rewards, Tensor) or rewards.dim() != 2 or rewards.shape[0] != n:
+        shape = tuple(rewards.shape) if isinstance(rewards, Tensor) else type(rewards).__name__
+        raise BatchError(f"rewards must have shape (N={n}, K), got {shape}")
+    check_finite(rewards, "rewards")
