@@ -1,26 +1,33 @@
-# rlvr — set-up and the two front-door commands.
+# rlvr — set-up and the two front-door commands:
+#   make quickstart   create .venv, install, run the main job (tiny model, warm start, GRPO, plot)
+#   make test         create .venv, install with test and peer extras, run the test suite
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-PIP     := $(BIN)/pip install -c constraints.txt
-STAMP   := $(VENV)/.installed
+PIP     := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: venv quickstart test clean
+.PHONY: quickstart test install install-test clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(VENV)/.base: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(PIP) -q torch==2.13.0
-	$(PIP) -q -e ".[dev,peers]"
-	$(PIP) -q --no-deps "verl==0.9.1"
-	touch $(STAMP)
+	$(PIP) torch==2.13.0
+	$(PIP) -e .
+	touch $@
 
-venv: $(STAMP)
+# Test extras; verl is installed --no-deps because it pins an older transformers (its
+# core_algos module, all our peer tests need, imports fine beside transformers 5.x).
+$(VENV)/.test: $(VENV)/.base
+	$(PIP) -e ".[dev,peers]"
+	$(PIP) --no-deps "verl==0.9.1"
+	touch $@
 
-quickstart: $(STAMP)
+install: $(VENV)/.base
+install-test: $(VENV)/.test
+
+quickstart: $(VENV)/.base
 	$(BIN)/rlvr quickstart
 
-test: $(STAMP)
+test: $(VENV)/.test
 	$(BIN)/python -m pytest
 
 clean:

@@ -51,6 +51,7 @@ class Rollouts:
     completion_ids: Tensor  # (N, T) right-padded completion tokens
     completion_mask: Tensor  # (N, T) bool, True = trained on
     group_ids: Tensor  # (N,) int64, rows with the same id answer the same prompt
+    completion_attention: Tensor | None = None  # (N, T) bool real tokens (default: completion_mask)
     rollout_logprobs: Tensor | None = None  # (N, T) log-probs from the sampling engine
     old_logprobs: Tensor | None = None  # (N, T) behaviour policy log-probs (trainer forward)
     ref_logprobs: Tensor | None = None  # (N, T) reference policy log-probs
@@ -70,7 +71,7 @@ class Rollouts:
             raise BatchError(f"Rollouts: {len(self.problems)} problems for {n} rows")
         check_shape(self.completion_ids, (n, t), "completion_ids")
         check_shape(self.group_ids, (n,), "group_ids")
-        for name in ("rollout_logprobs", "old_logprobs", "ref_logprobs", "logprobs",
+        for name in ("completion_attention", "rollout_logprobs", "old_logprobs", "ref_logprobs", "logprobs",
                      "entropy", "token_rewards", "values", "advantages"):
             value = getattr(self, name)
             if value is not None:
@@ -81,6 +82,11 @@ class Rollouts:
     @property
     def num_rows(self) -> int:
         return int(self.completion_mask.shape[0])
+
+    @property
+    def attention(self) -> Tensor:
+        """(N, T) bool: completion positions that hold real tokens (attended to)."""
+        return self.completion_mask if self.completion_attention is None else self.completion_attention
 
     def select(self, rows: Tensor) -> "Rollouts":
         """The sub-batch of the given row indices (a 1-D long tensor), every per-row field sliced."""

@@ -1,6 +1,10 @@
 """Advantage estimators; importing this package registers them."""
 
-from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, sequence_scores
+from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, outcome_token_rewards, sequence_scores
 from rlvr.advantages import grpo  # noqa: F401  (registers grpo, dr_grpo)
+from rlvr.advantages import rloo  # noqa: F401  (registers rloo)
+from rlvr.advantages import gae  # noqa: F401  (registers gae)
+from rlvr.advantages import reinforce_pp  # noqa: F401  (registers reinforce_pp, reinforce_pp_baseline)
+from rlvr.advantages import gdpo  # noqa: F401  (registers gdpo)
 
-__all__ = ["AdvantageEstimator", "AdvantageOutput", "sequence_scores"]
+__all__ = ["AdvantageEstimator", "AdvantageOutput", "outcome_token_rewards", "sequence_scores"]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
-
-from abc import ABC, abstractmethod
 
 from rlvr.plugin import Plugin
 from rlvr.types import AdvantageInputs
@@ -33,3 +33,19 @@ def sequence_scores(inputs: AdvantageInputs) -> Tensor:
     if inputs.token_rewards is not None:
         return (inputs.token_rewards * inputs.mask).sum(-1).float()
     return inputs.scalar_rewards()
+
+
+def outcome_token_rewards(inputs: AdvantageInputs) -> Tensor:
+    """(N, T) dense rewards: ``token_rewards`` when given, else the row's outcome score placed on its
+    last trained token (verl's convention), 0 elsewhere. A row with no trained token gets none."""
+    if inputs.token_rewards is not None:
+        return inputs.token_rewards.float()
+    mask = inputs.mask
+    scores = inputs.scalar_rewards()  # (N,)
+    t = mask.shape[1]
+    positions = torch.arange(t, device=mask.device).expand_as(mask)  # (N, T)
+    last = torch.where(mask, positions, torch.full_like(positions, -1)).max(dim=1).values  # (N,)
+    out = torch.zeros(mask.shape, dtype=scores.dtype, device=mask.device)
+    rows = (last >= 0).nonzero(as_tuple=True)[0]
+    out[rows, last[rows]] = scores[rows]
+    return out

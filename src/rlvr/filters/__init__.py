@@ -1,5 +1,6 @@
 """Batch filters (drop whole groups); importing this package registers them."""
 
 from rlvr.filters.base import BatchFilter
+from rlvr.filters.zero_std import ZeroStd, keep_groups_mask
 
-__all__ = ["BatchFilter"]
+__all__ = ["BatchFilter", "ZeroStd", "keep_groups_mask"]

@@ -1,5 +1,10 @@
 """Policy losses; importing this package registers them."""
 
 from rlvr.losses.base import PolicyLoss
+from rlvr.losses import ppo_clip  # noqa: F401  (registers ppo_clip)
+from rlvr.losses import gspo  # noqa: F401  (registers gspo)
+from rlvr.losses import dppo  # noqa: F401  (registers dppo_tv, dppo_kl)
+from rlvr.losses import cispo  # noqa: F401  (registers cispo)
+from rlvr.losses.objective import NonFiniteLossError, Objective, ObjectiveConfig
 
-__all__ = ["PolicyLoss"]
+__all__ = ["NonFiniteLossError", "Objective", "ObjectiveConfig", "PolicyLoss"]

@@ -1,12 +1,17 @@
 """The policy-loss protocol: ``LossInputs -> LossOutput`` with a per-token loss (N, T).
 
 Aggregation to a scalar is a separate knob (``rlvr.aggregation``), applied by ``Objective``.
+The helpers below are the pieces several surrogates share (the clamped log-ratio, masked
+diagnostic fractions), so each loss file holds only its own equation.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from torch import Tensor
+
+from rlvr.ops import masked_mean
 from rlvr.plugin import Plugin
 from rlvr.types import LossInputs, LossOutput
 
@@ -17,3 +22,22 @@ class PolicyLoss(Plugin, ABC):
     @abstractmethod
     def __call__(self, inputs: LossInputs) -> LossOutput:
         """Apply the plug-in (each registered class implements it)."""
+
+
+def log_ratio(inputs: LossInputs, bound: float | None) -> Tensor:
+    """(N, T) ``log π − log π_old``, clamped to ±``bound`` (verl: 20) so ``exp`` cannot overflow.
+
+    The behaviour log-probs are detached: the gradient flows through the current policy only.
+    """
+    diff = inputs.logprobs - inputs.old_logprobs.detach()
+    return diff if bound is None else diff.clamp(-bound, bound)
+
+
+def approx_kl(log_ratio_: Tensor, mask: Tensor) -> Tensor:
+    """Detached scalar ``mean_t (log π_old − log π)`` over trained tokens (verl's ``ppo_kl``)."""
+    return masked_mean(-log_ratio_.detach(), mask)
+
+
+def masked_fraction(condition: Tensor, mask: Tensor) -> Tensor:
+    """Detached scalar: the fraction of trained tokens where ``condition`` (N, T) holds."""
+    return masked_mean(condition.detach().float(), mask)

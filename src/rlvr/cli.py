@@ -1,0 +1,122 @@
+"""The ``rlvr`` command line: quickstart, train, sft, eval, list."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rlvr.registry import KINDS, describe, entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning with verifiable rewards.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("quickstart", help="tiny model, warm start, GRPO, before/after accuracy and a plot")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="run folder (default runs/quickstart, or runs/quickstart_seed<S>)")
+    p.add_argument("overrides", nargs="*", help="key.sub=value config overrides")
+
+    p = sub.add_parser("train", help="train from a YAML config (e.g. configs/methods/dapo.yaml)")
+    p.add_argument("config", nargs="?", default=None, help="YAML config; omit for the defaults")
+    p.add_argument("overrides", nargs="*", help="key.sub=value config overrides")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the run in RUN_DIR exactly")
+
+    p = sub.add_parser("sft", help="supervised warm start on task demonstrations; saves a checkpoint")
+    p.add_argument("config", nargs="?", default=None)
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--out", required=True, help="folder for the warm-started model (save_pretrained)")
+
+    p = sub.add_parser("eval", help="greedy accuracy, pass@k and maj@k on held-out problems")
+    p.add_argument("model", help="a model folder (save_pretrained) or a run folder")
+    p.add_argument("--task", default="arithmetic")
+    p.add_argument("--problems", type=int, default=200)
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+
+    p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--kind", choices=KINDS, default=None)
+
+    args = parser.parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except (ValueError, KeyError, FileNotFoundError) as err:  # config and input errors: one clear line
+        print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rlvr.aggregation import AGGREGATION_MODES
+    from rlvr.presets import preset_table
+    items = [describe(e) for e in entries(args.kind)]
+    presets = preset_table()
+    if args.json:
+        print(json.dumps({"plugins": items, "aggregation_modes": list(AGGREGATION_MODES), "presets": presets},
+                         indent=1, default=str))
+        return 0
+    kind = None
+    for item in items:
+        if item["kind"] != kind:
+            kind = item["kind"]
+            print(f"\n{kind}")
+        paper = f"  [{item['paper']}]" if item["paper"] else ""
+        print(f"  {item['name']:<16} {item['summary']}{paper}")
+    print("\naggregation modes\n  " + ", ".join(AGGREGATION_MODES))
+    if presets:
+        print("\npresets (configs/methods)")
+        for row in presets:
+            print(f"  {row['name']:<16} {row['paper']}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlvr.presets import resolve_config
+    from rlvr.train.config import load_config
+    from rlvr.train.run import train_run
+    if args.resume:
+        from pathlib import Path
+        cfg = load_config(Path(args.resume) / "config.yaml", args.overrides)
+        summary = train_run(cfg, resume=True)
+    else:
+        summary = train_run(load_config(resolve_config(args.config), args.overrides))
+    _print_summary(summary)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from rlvr.presets import resolve_config
+    from rlvr.train.config import load_config
+    from rlvr.train.run import warm_start_model
+    cfg = load_config(resolve_config(args.config), args.overrides)
+    model, tokenizer, info = warm_start_model(cfg)
+    model.save_pretrained(args.out)
+    tokenizer.save_pretrained(args.out)
+    _print_summary({**info, "saved": args.out})
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rlvr.train.run import evaluate_path
+    _print_summary(evaluate_path(args.model, task=args.task, problems=args.problems, k=args.k,
+                                 max_new_tokens=args.max_new_tokens))
+    return 0
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from rlvr.quickstart import quickstart
+    out = args.out or ("runs/quickstart" if args.seed == 0 else f"runs/quickstart_seed{args.seed}")
+    _print_summary(quickstart(seed=args.seed, out_dir=out, overrides=args.overrides))
+    return 0
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    print(json.dumps(summary, indent=2, default=str))
+
+
+_COMMANDS = {"list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Evaluate a policy on a task: greedy accuracy, pass@1..k and maj@k over held-out problems."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.eval.metrics import majority, pass_at_k
+from rlvr.models.loading import format_prompt
+from rlvr.rollout.hf import generate
+from rlvr.tasks.base import Task
+from rlvr.tasks.safe import verify_all
+from rlvr.types import Problem, Score
+
+
+def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem], *,
+             k: int = 8, max_new_tokens: int | None = None, temperature: float = 1.0, batch_size: int = 64,
+             seed: int = 0, top_p: float = 1.0, engine: str = "loop") -> dict[str, Any]:
+    """Greedy accuracy plus, when ``k > 0``, k samples per problem at ``temperature``.
+
+    Returns ``greedy_accuracy``, ``pass@1`` … ``pass@k`` (unbiased estimator with n = k),
+    ``maj@k`` (majority vote over parsed answers; the vote counts as right when a sample carrying
+    that answer was verified correct), ``num_problems``, ``greedy_length`` and ``sample_length``
+    (mean generated tokens, eos included). ``max_new_tokens`` defaults to the task's budget.
+    """
+    if not problems:
+        raise ValueError("evaluate: no problems")
+    budget = max_new_tokens or task.max_new_tokens
+    prompts = [format_prompt(tokenizer, p.prompt) for p in problems]
+    greedy, greedy_len = _scores(model, tokenizer, task, problems, prompts, budget, batch_size,
+                                 dict(do_sample=False), seed)
+    out: dict[str, Any] = {"num_problems": len(problems),
+                           "greedy_accuracy": sum(s.value for s in greedy) / len(problems),
+                           "greedy_length": greedy_len}
+    if k <= 0:
+        return out
+    rows = [i for i in range(len(problems)) for _ in range(k)]  # k contiguous samples per problem
+    samples, sample_len = _scores(model, tokenizer, task, [problems[i] for i in rows], [prompts[i] for i in rows],
+                                  budget, batch_size, dict(do_sample=True, temperature=temperature, top_p=top_p), seed)
+    correct = [sum(s.value == 1.0 for s in samples[i * k:(i + 1) * k]) for i in range(len(problems))]
+    for j in range(1, k + 1):
+        out[f"pass@{j}"] = sum(pass_at_k(k, c, j) for c in correct) / len(problems)
+    out[f"maj@{k}"] = sum(_majority_right(samples[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)
+    out["sample_length"] = sample_len
+    return out
+
+
+def _scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem],
+            prompts: list[str], budget: int, batch_size: int, sampling: dict[str, Any],
+            seed: int) -> tuple[list[Score], float]:
+    scores: list[Score] = []
+    tokens = 0
+    for b, lo in enumerate(range(0, len(prompts), batch_size)):
+        gen = generate(model, tokenizer, prompts[lo:lo + batch_size], max_new_tokens=budget,
+                       seed=seed + b, **sampling)
+        tokens += int(gen.completion_mask.sum())
+        scores += verify_all(task, problems[lo:lo + batch_size], gen.texts)
+    return scores, tokens / len(prompts)
+
+
+def _majority_right(scores: list[Score]) -> float:
+    vote = majority([s.parsed for s in scores])
+    return float(any(s.parsed is not None and s.parsed.strip() == vote and s.value == 1.0 for s in scores))

@@ -1,0 +1,13 @@
+"""The testbed's verifiable tasks; importing this package registers them under kind "task"."""
+
+from rlvr.tasks.base import SPLITS, Task, TaskConfig, answer_after_marker, prompt_hash
+from rlvr.tasks.safe import safe_verify, verify_all
+from rlvr.tasks import arithmetic, countdown, dataset  # noqa: F401  (registers the tasks)
+from rlvr.tasks.arithmetic import Arithmetic
+from rlvr.tasks.countdown import Countdown
+from rlvr.tasks.dataset import Dataset, read_table
+
+__all__ = [
+    "SPLITS", "Arithmetic", "Countdown", "Dataset", "Task", "TaskConfig", "answer_after_marker",
+    "prompt_hash", "read_table", "safe_verify", "verify_all",
+]

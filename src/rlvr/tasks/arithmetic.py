@@ -1,0 +1,115 @@
+"""Arithmetic with digit-by-digit reasoning: the testbed's "mix" of additions and one-digit products."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from rlvr.registry import param, register
+from rlvr.tasks.base import Task, TaskConfig, answer_after_marker
+from rlvr.types import Problem, Score
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig(TaskConfig):
+    min_digits: int = param(2, "fewest digits of a multi-digit operand")
+    max_digits: int = param(4, "most digits of a multi-digit operand")
+    ops: str = param("+*", "operations drawn uniformly: '+' adds a multi-digit number, '*' multiplies by one digit (2-9)")
+    num_operations: int = param(1, "difficulty: operations chained left to right, e.g. 2 gives '(347+285)*3='")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.min_digits <= self.max_digits:
+            raise ValueError(f"arithmetic: need 1 <= min_digits <= max_digits, got {self.min_digits}, {self.max_digits}")
+        if not self.ops or set(self.ops) - set("+*"):
+            raise ValueError(f"arithmetic: ops must be a non-empty string over '+*', got '{self.ops}'")
+        if self.num_operations < 1:
+            raise ValueError(f"arithmetic: num_operations must be >= 1, got {self.num_operations}")
+
+
+@register("task", "arithmetic")
+class Arithmetic(Task):
+    """Column addition and multiplication by one digit, worked from the rightmost digit.
+
+    Prompt ``347+285=`` → completion ``7+5=12;4+8+1=13;3+2+1=6;#632``; prompt ``876*2=`` →
+    ``6*2=12;7*2+1=15;8*2+1=17;#1752``. A step writes the two digits (the shorter addend padded
+    with 0), ``+carry`` when the carry is not 0, and the sum; the last step's sum carries the
+    leading digits. Chained problems (``num_operations > 1``) parenthesise left to right,
+    ``(347+285)*3=``, and write the intermediate result as a step ``>632`` before going on.
+    The verifier reads the number after the last ``#``. ``check_steps`` compares the ``;``-separated
+    segments (the ``#answer`` segment counts as the last step) with this canonical demonstration.
+    """
+
+    Config = ArithmeticConfig
+    max_new_tokens = 64
+
+    def sample(self, rng: random.Random) -> Problem:
+        cfg = self.config
+        operands, ops = [self._number(rng)], []
+        for _ in range(cfg.num_operations):
+            op = rng.choice(cfg.ops)
+            ops.append(op)
+            operands.append(self._number(rng) if op == "+" else rng.randint(2, 9))
+        expr = str(operands[0])
+        for i, (op, b) in enumerate(zip(ops, operands[1:])):
+            expr = f"{expr}{op}{b}" if i == 0 else f"({expr}){op}{b}"
+        steps, value = worked_steps(operands, ops)
+        return Problem(prompt=f"{expr}=", answer=str(value), solution=";".join(steps),
+                       meta={"operands": operands, "ops": ops})
+
+    def _number(self, rng: random.Random) -> int:
+        digits = rng.randint(self.config.min_digits, self.config.max_digits)
+        return rng.randint(10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1)
+
+    def verify(self, problem: Problem, completion: str) -> Score:
+        parsed = answer_after_marker(completion)
+        return Score(1.0 if parsed is not None and parsed == problem.answer else 0.0, parsed)
+
+    def demonstration(self, problem: Problem) -> str:
+        if problem.solution:
+            return problem.solution
+        return ";".join(worked_steps(problem.meta["operands"], problem.meta["ops"])[0])
+
+    def check_steps(self, problem: Problem, completion: str) -> int | None:
+        gold = self.demonstration(problem).split(";")
+        got = completion.strip().split(";")
+        for i, step in enumerate(gold):
+            if i >= len(got) or got[i].strip() != step:
+                return i
+        return None if len(got) == len(gold) else len(gold)
+
+
+def worked_steps(operands: list[int], ops: list[str]) -> tuple[list[str], int]:
+    """The demonstration's segments (ending with ``#answer``) and the final value."""
+    steps: list[str] = []
+    value = operands[0]
+    for i, (op, b) in enumerate(zip(ops, operands[1:])):
+        if i > 0:
+            steps.append(f">{value}")
+        steps += add_steps(value, b) if op == "+" else mul_steps(value, b)
+        value = value + b if op == "+" else value * b
+    steps.append(f"#{value}")
+    return steps, value
+
+
+def add_steps(a: int, b: int) -> list[str]:
+    """``347+285`` → ``['7+5=12', '4+8+1=13', '3+2+1=6']``."""
+    da, db = str(a), str(b)
+    width = max(len(da), len(db))
+    da, db = da.zfill(width), db.zfill(width)
+    steps, carry = [], 0
+    for x, y in zip(reversed(da), reversed(db)):
+        s = int(x) + int(y) + carry
+        steps.append(f"{x}+{y}" + (f"+{carry}" if carry else "") + f"={s}")
+        carry = s // 10
+    return steps
+
+
+def mul_steps(a: int, d: int) -> list[str]:
+    """``876*2`` → ``['6*2=12', '7*2+1=15', '8*2+1=17']``."""
+    steps, carry = [], 0
+    for x in reversed(str(a)):
+        s = int(x) * d + carry
+        steps.append(f"{x}*{d}" + (f"+{carry}" if carry else "") + f"={s}")
+        carry = s // 10
+    return steps

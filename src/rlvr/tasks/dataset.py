@@ -1,0 +1,151 @@
+"""Problems from a file: JSONL, Parquet or a ``datasets`` folder saved with ``save_to_disk``,
+with columns ``prompt`` and ``answer`` (optional ``solution``); answers checked with math-verify."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.registry import param, register
+from rlvr.tasks.base import Task, TaskConfig, _check_split, prompt_hash
+from rlvr.types import Problem, Score
+
+
+@dataclass(frozen=True)
+class DatasetConfig(TaskConfig):
+    path: str = param("", "JSONL (.jsonl), Parquet (.parquet) file or a datasets save_to_disk folder")
+    test_path: str = param("", "held-out file; empty = hold out test_fraction of `path` by prompt hash "
+                                "(a saved DatasetDict's 'test' split is used when present)")
+    prompt_column: str = param("prompt", "column with the prompt text")
+    answer_column: str = param("answer", "column with the gold answer")
+    solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
+    timeout_s: float = param(5.0, "time limit of one math-verify check, in seconds")
+
+
+@register("task", "dataset")
+class Dataset(Task):
+    """Rows of a local dataset, verified with math-verify (symbolic equivalence of answers).
+
+    Splits: with ``test_path`` (or a saved DatasetDict holding 'test') the held-out rows come from
+    there; otherwise a row is held out when its prompt hash falls in ``test_fraction``.
+    ``problems(n, seed)`` returns a seeded shuffle of the split's rows, cycling when n exceeds
+    them. Verification runs math-verify's own signal time limit in the main thread and none in
+    other threads (signals only work in the main thread); wrap calls in ``safe_verify`` (the
+    trainer does, since ``needs_timeout`` is True) for a limit that works everywhere.
+    """
+
+    Config = DatasetConfig
+    needs_timeout = True
+    max_new_tokens = 512
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        if not self.config.path:
+            raise ValueError("dataset task: set `path` to a JSONL, Parquet file or a save_to_disk folder")
+        self._rows: dict[str, list[Problem]] | None = None
+
+    def rows(self, split: str) -> list[Problem]:
+        """All problems of a split (loaded once)."""
+        _check_split(split)
+        if self._rows is None:
+            self._rows = self._load()
+        return self._rows[split]
+
+    def problems(self, n: int, seed: int, split: str = "train") -> list[Problem]:
+        rows = self.rows(split)
+        if not rows:
+            raise ValueError(f"dataset task: the {split} split of {self.config.path} is empty")
+        rng = random.Random(f"dataset:{split}:{seed}")
+        out: list[Problem] = []
+        while len(out) < n:
+            order = rows[:]
+            rng.shuffle(order)
+            out += order[: n - len(out)]
+        return [Problem(p.prompt, p.answer, p.solution, p.uid, dict(p.meta)) for p in out]
+
+    def sample(self, rng: random.Random) -> Problem:
+        return rng.choice(self.rows("train"))
+
+    def verify(self, problem: Problem, completion: str) -> Score:
+        from math_verify import parse, verify  # optional dependency: rlvr[data]
+
+        main = threading.current_thread() is threading.main_thread()
+        limit = max(1, math.ceil(self.config.timeout_s)) if main else None  # signal.alarm needs main
+        gold = parse(str(problem.answer), parsing_timeout=limit) or parse(f"${problem.answer}$", parsing_timeout=limit)
+        pred = parse(completion, parsing_timeout=limit)
+        parsed = str(pred[-1]) if pred else None
+        if not gold:
+            ok = parsed is not None and parsed.strip() == str(problem.answer).strip()
+            return Score(1.0 if ok else 0.0, parsed, {"note": "gold answer did not parse; compared as text"})
+        return Score(1.0 if pred and verify(gold, pred, timeout_seconds=limit) else 0.0, parsed)
+
+    def demonstration(self, problem: Problem) -> str:
+        if not problem.solution:
+            raise ValueError(f"dataset task: problem {problem.uid} has no solution; add a "
+                             f"'{self.config.solution_column}' column to {self.config.path}")
+        return problem.solution
+
+    def _load(self) -> dict[str, list[Problem]]:
+        cfg = self.config
+        tables = read_table(cfg.path)
+        main = tables.get("train", next(iter(tables.values())))
+        train = self._problems_from(main, cfg.path)
+        if cfg.test_path:
+            test_tables = read_table(cfg.test_path)
+            test = self._problems_from(test_tables.get("test", next(iter(test_tables.values()))), cfg.test_path)
+        elif "test" in tables and "train" in tables:
+            test = self._problems_from(tables["test"], cfg.path)
+        else:
+            test = [p for p in train if self.split_of(p.prompt) == "test"]
+            train = [p for p in train if self.split_of(p.prompt) == "train"]
+        return {"train": train, "test": test}
+
+    def _problems_from(self, rows: list[dict[str, Any]], source: str) -> list[Problem]:
+        cfg = self.config
+        columns = set(rows[0]) if rows else set()
+        for col in (cfg.prompt_column, cfg.answer_column):
+            if col not in columns:
+                raise ValueError(f"dataset task: column '{col}' is missing in {source} "
+                                 f"(columns: {sorted(columns) or 'none, the file is empty'})")
+        out = []
+        for i, row in enumerate(rows):
+            prompt, solution = str(row[cfg.prompt_column]), row.get(cfg.solution_column)
+            uid = f"dataset:{prompt_hash(prompt):016x}"
+            out.append(Problem(prompt, str(row[cfg.answer_column]), None if solution is None else str(solution),
+                               uid, {"row": i, "source": source}))
+        return out
+
+
+def read_table(path: str) -> dict[str, list[dict[str, Any]]]:
+    """Rows of a JSONL / Parquet file ({"train": rows}) or of a save_to_disk folder (one entry per
+    split of a DatasetDict, else {"train": rows})."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"dataset file not found: {p}")
+    if p.is_dir():
+        from datasets import Dataset as HFDataset, DatasetDict, load_from_disk
+
+        data = load_from_disk(str(p))
+        if isinstance(data, DatasetDict):
+            return {name: data[name].to_list() for name in data}
+        assert isinstance(data, HFDataset)
+        return {"train": data.to_list()}
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return {"train": pq.read_table(str(p)).to_pylist()}
+    if p.suffix in (".jsonl", ".json"):
+        rows = []
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{p}: line {n} is not valid JSON ({err.msg})") from None
+        return {"train": rows}
+    raise ValueError(f"dataset file {p}: unsupported format '{p.suffix}'; use .jsonl, .parquet or a save_to_disk folder")

@@ -1,0 +1,77 @@
+"""Building a run's parts from its config: model, tokenizer, task, plug-ins, optimizer, schedule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from rlvr.losses.objective import Objective, ObjectiveConfig
+from rlvr.registry import RegistryError, build
+from rlvr.train.config import Config, ConfigError, PluginSpec
+
+
+def build_plugin(kind: str, spec: PluginSpec) -> Any:
+    try:
+        return build(kind, spec.name, **spec.params)
+    except (RegistryError, TypeError, ValueError) as err:
+        raise ConfigError(f"{kind} '{spec.name}': {err}") from err
+
+
+def build_task(cfg: Config) -> Any:
+    return build_plugin("task", PluginSpec(cfg.task.name, cfg.task.params))
+
+
+def build_objective(cfg: Config) -> Objective:
+    algo = cfg.algorithm
+    policy_loss = build_plugin("loss", algo.loss)
+    return Objective(policy_loss, ObjectiveConfig(
+        aggregation=algo.aggregation, kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
+        entropy_coef=algo.entropy_coef))
+
+
+def build_pipeline(cfg: Config) -> dict[str, Any]:
+    """Every plug-in of the run, built now so a bad name or key fails before any work is done."""
+    algo = cfg.algorithm
+    return {
+        "task": build_task(cfg),
+        "selector": build_plugin("selector", PluginSpec("uniform")),
+        "advantage": build_plugin("advantage", algo.advantage),
+        "objective": build_objective(cfg),
+        "shapers": [build_plugin("shaper", s) for s in algo.shapers],
+        "filters": [build_plugin("filter", f) for f in algo.filters],
+    }
+
+
+def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
+    """The policy and tokenizer: a local checkpoint when ``model.path`` is set, else the tiny testbed model."""
+    from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load_tokenizer
+    if cfg.model.path:
+        return load_model(cfg.model.path), load_tokenizer(cfg.model.path)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, hidden=cfg.model.hidden, layers=cfg.model.layers,
+                             heads=cfg.model.heads, seed=cfg.run.seed)
+    return model, tokenizer
+
+
+def build_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    o = cfg.optim
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    total = max(cfg.run.steps * o.ppo_epochs, 1)
+    warm = o.warmup_steps
+    if o.schedule not in ("constant", "linear", "cosine"):
+        raise ConfigError(f"optim.schedule must be constant, linear or cosine, got '{o.schedule}'")
+
+    def factor(i: int) -> float:  # multiplier of the base learning rate at optimizer step i
+        if warm and i < warm:
+            return (i + 1) / warm
+        frac = min(max(i - warm, 0) / max(total - warm, 1), 1.0)
+        if o.schedule == "linear":
+            return 1.0 - frac
+        if o.schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * frac))
+        return 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

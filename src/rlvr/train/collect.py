@@ -1,0 +1,112 @@
+"""The data half of a step: select → rollout → verify → shape → refine (with DAPO-style refills)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr.batching import concat_rollouts
+from rlvr.models import format_prompt
+from rlvr.rollout import generate
+from rlvr.tasks import safe_verify
+from rlvr.types import BatchError, Problem, Rollouts
+
+
+def step_seed(seed: int, step: int, rank: int = 0, round_: int = 0) -> int:
+    """A distinct, reproducible seed for every (run seed, step, rank, refill round)."""
+    return (seed * 1_000_003 + step * 9_176 + rank * 131 + round_ * 17) % (2**31 - 1)
+
+
+class Collector:
+    """Produces this rank's verified, shaped and filtered batch for one step."""
+
+    def __init__(self, *, task: Any, selector: Any, shapers: list, filters: list, rollout_cfg: Any,
+                 tokenizer: Any, seed: int, rank: int, world_size: int, timer: Any) -> None:
+        cfg = rollout_cfg
+        if cfg.prompts_per_step % world_size:
+            raise BatchError(f"rollout.prompts_per_step={cfg.prompts_per_step} is not divisible by "
+                             f"the {world_size} data-parallel processes")
+        self.task, self.selector, self.shapers, self.filters = task, selector, shapers, filters
+        self.cfg, self.tokenizer, self.seed, self.timer = cfg, tokenizer, seed, timer
+        self.rank, self.world_size = rank, world_size
+        self.local_prompts = cfg.prompts_per_step // world_size
+
+    def collect(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
+        parts, kept, stats = [], 0, {"rollout/rounds": 0.0, "rollout/sampled_rows": 0.0}
+        for round_ in range(1 + self.cfg.refill_rounds):
+            batch, raw = self._one_round(model, step, round_)
+            stats["rollout/rounds"] += 1
+            stats["rollout/sampled_rows"] += raw.num_rows
+            if round_ == 0:
+                stats.update(_reward_stats(raw))
+            if batch.num_rows:
+                parts.append(batch)
+                kept += int(torch.unique(batch.group_ids).numel())
+            if kept >= self.local_prompts:
+                break
+        if not parts:  # every group was filtered out: train on the unfiltered first round
+            parts, stats["rollout/all_filtered"] = [raw], 1.0
+        out = concat_rollouts(parts, self.tokenizer.pad_token_id)
+        out = _keep_first_groups(out, self.local_prompts)
+        stats["rollout/kept_groups"] = float(torch.unique(out.group_ids).numel())
+        return out, stats
+
+    def _one_round(self, model: torch.nn.Module, step: int, round_: int) -> tuple[Rollouts, Rollouts]:
+        with self.timer("select"):
+            seed = step_seed(self.seed, step, 0, round_)
+            problems = self.selector.select(self.task, self.cfg.prompts_per_step, step, seed)
+            problems = problems[self.rank * self.local_prompts:(self.rank + 1) * self.local_prompts]
+        with self.timer("rollout"):
+            batch = self._generate(model, problems, step_seed(self.seed, step, self.rank, round_), round_)
+        with self.timer("verify"):
+            self._verify(batch)
+        raw = batch
+        with self.timer("shape"):
+            for shaper in self.shapers:
+                batch = shaper(batch)
+        with self.timer("refine"):
+            for flt in self.filters:
+                batch = flt(batch)
+        return batch, raw
+
+    def _generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
+        g = self.cfg.group_size
+        rows = [p for p in problems for _ in range(g)]
+        gen = generate(model, self.tokenizer, [format_prompt(self.tokenizer, p.prompt) for p in rows], max_new_tokens=self.cfg.max_new_tokens,
+                       temperature=self.cfg.temperature, top_p=self.cfg.top_p, top_k=self.cfg.top_k,
+                       do_sample=True, seed=seed)
+        group_ids = torch.arange(len(problems)).repeat_interleave(g) + round_ * 100_000 + self.rank * 10_000
+        return Rollouts(problems=rows, prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
+                        completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
+                        group_ids=group_ids, rollout_logprobs=gen.logprobs, texts=list(gen.texts))
+
+    def _verify(self, batch: Rollouts) -> None:
+        scores = [safe_verify(self.task.verify, p, text, self.cfg.verify_timeout_s)
+                  for p, text in zip(batch.problems, batch.texts)]
+        batch.rewards = torch.tensor([[s.value] for s in scores], dtype=torch.float32)  # (N, 1)
+        batch.reward_names = ["correct"]
+        errors = [s.meta["error"] for s in scores if s.meta.get("error")]
+        batch.meta["verifier_errors"] = errors
+        batch.meta["parsed"] = [s.parsed for s in scores]
+
+
+def _reward_stats(batch: Rollouts) -> dict[str, float]:
+    r = batch.rewards[:, 0]
+    lengths = batch.attention.sum(-1).float()
+    return {"reward/mean": r.mean().item(), "reward/std": r.std().item() if r.numel() > 1 else 0.0,
+            "reward/verifier_errors": float(len(batch.meta.get("verifier_errors", []))),
+            "rollout/response_length": lengths.mean().item(),
+            "rollout/truncated_frac": (lengths >= batch.completion_ids.shape[1]).float().mean().item()}
+
+
+def _keep_first_groups(batch: Rollouts, n_groups: int) -> Rollouts:
+    """Trim to the first ``n_groups`` groups in order of appearance (DAPO trims refills the same way)."""
+    seen: list[int] = []
+    for gid in batch.group_ids.tolist():
+        if gid not in seen:
+            seen.append(gid)
+    if len(seen) <= n_groups:
+        return batch
+    keep = torch.isin(batch.group_ids, torch.tensor(seen[:n_groups]))
+    return batch.select(keep.nonzero().squeeze(-1))

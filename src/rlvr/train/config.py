@@ -1,0 +1,249 @@
+"""Typed run configuration: YAML files and ``key.sub=value`` overrides mapped onto dataclasses.
+
+Unknown keys are errors naming the key and the valid ones; plug-in parameters are checked
+against the plug-in's own ``Config`` when the run is built (``validate``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.aggregation import Aggregation
+from rlvr.registry import param
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid."""
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """A registered plug-in by name (or ``"pkg.module:Object"``) plus its hyperparameters."""
+
+    name: str = param("", "registered name or 'pkg.module:Object'")
+    params: dict = param({}, "hyperparameters of the plug-in's Config")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str | None = param(None, "a local Hugging Face checkpoint; None builds the tiny testbed model")
+    hidden: int = param(128, "tiny model: hidden size")
+    layers: int = param(2, "tiny model: decoder layers")
+    heads: int = param(4, "tiny model: attention heads")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = param("arithmetic", "registered task (rlvr list) or 'pkg.module:Object'")
+    params: dict = param({}, "the task's hyperparameters")
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    steps: int = param(400, "supervised steps on task demonstrations before RL (0 = none)")
+    batch_size: int = param(64, "demonstrations per supervised step")
+    lr: float = param(3e-3, "supervised AdamW learning rate")
+    warmup: int = param(30, "supervised linear warm-up steps")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    prompts_per_step: int = param(8, "prompts B per optimizer step (global, across ranks)")
+    group_size: int = param(8, "completions G per prompt")
+    max_new_tokens: int = param(48, "completion length cap T")
+    temperature: float = param(1.0, "sampling temperature")
+    top_p: float = param(1.0, "nucleus sampling mass")
+    top_k: int = param(0, "top-k sampling (0 = off)")
+    refill_rounds: int = param(0, "DAPO dynamic sampling: extra sampling rounds to refill groups the filters drop")
+    verify_timeout_s: float = param(5.0, "time limit of one verifier call; a timeout scores 0")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    advantage: PluginSpec = param(PluginSpec("grpo"), "advantage estimator")
+    loss: PluginSpec = param(PluginSpec("ppo_clip"), "per-token policy loss")
+    aggregation: Aggregation = param(Aggregation(), "how the per-token loss becomes a scalar")
+    shapers: list = param([], "reward shapers, applied in order (list of {name, params})")
+    filters: list = param([], "batch filters, applied in order (list of {name, params})")
+    kl_coef: float = param(0.0, "KL penalty coefficient in the loss (needs a reference model)")
+    kl_estimator: str = param("k3", "k1 | k2 | k3 | abs")
+    entropy_coef: float = param(0.0, "entropy bonus coefficient")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = param(1e-4, "AdamW learning rate")
+    betas: tuple = param((0.9, 0.999), "AdamW betas")
+    weight_decay: float = param(0.0, "AdamW weight decay")
+    grad_clip: float = param(1.0, "max global gradient norm (0 = off)")
+    schedule: str = param("constant", "constant | linear | cosine (after warm-up)")
+    warmup_steps: int = param(0, "linear learning-rate warm-up steps")
+    ppo_epochs: int = param(1, "passes over each batch")
+    micro_batch_size: int = param(0, "rows per forward/backward (0 = the whole local batch)")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    steps: int = param(200, "RL optimizer steps")
+    seed: int = param(0, "one seed drives data order, sampling and initialisation")
+    out_dir: str = param("runs/train", "run folder")
+    eval_every: int = param(50, "held-out evaluation period in steps (0 = only at the end)")
+    eval_problems: int = param(200, "held-out problems per evaluation")
+    eval_k: int = param(8, "k of pass@k and maj@k in the final evaluation")
+    save_every: int = param(50, "checkpoint period in steps (0 = only at the end)")
+    log_samples: int = param(4, "sample completions written per logging step")
+    threads: int = param(0, "torch intra-op threads per process (0 = leave as is)")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = param(ModelConfig(), "policy model")
+    task: TaskConfig = param(TaskConfig(), "verifiable task")
+    warm_start: WarmStartConfig = param(WarmStartConfig(), "supervised warm start")
+    rollout: RolloutConfig = param(RolloutConfig(), "sampling")
+    algorithm: AlgorithmConfig = param(AlgorithmConfig(), "RL method: plug-ins and knobs")
+    optim: OptimConfig = param(OptimConfig(), "optimizer")
+    run: RunConfig = param(RunConfig(), "run length, seed, logging")
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict | None = None) -> Config:
+    """Defaults ← ``base`` ← YAML file (and the files it ``include``s) ← ``key.sub=value`` overrides."""
+    tree: dict = {}
+    if base:
+        tree = merge(tree, base)
+    if path is not None:
+        tree = merge(tree, read_yaml(Path(path)))
+    for item in overrides or []:
+        tree = merge(tree, parse_override(item))
+    return from_dict(Config, tree)
+
+
+def read_yaml(path: Path) -> dict:
+    """A YAML mapping (``safe_load``); an ``include: other.yaml`` key merges that file underneath."""
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    data.pop("paper", None)  # presets cite their paper; it is documentation, not a knob
+    included = data.pop("include", None)
+    if included:
+        data = merge(read_yaml((path.parent / included).resolve()), data)
+    return data
+
+
+def parse_override(item: str) -> dict:
+    """``"a.b.c=1e-4"`` → ``{"a": {"b": {"c": 1e-4}}}`` (the value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"override '{item}' must look like key.sub=value")
+    key, _, raw = item.partition("=")
+    value = yaml.safe_load(raw) if raw else ""
+    tree: Any = value
+    for part in reversed(key.strip().split(".")):
+        tree = {part: tree}
+    return tree
+
+
+def merge(a: dict, b: dict) -> dict:
+    """Recursive dict merge, ``b`` wins; plug-in ``params`` merge key by key too."""
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def from_dict(cls: type, data: Any, where: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested mapping, rejecting unknown keys."""
+    if dataclasses.is_dataclass(data):
+        return data
+    if cls is PluginSpec:
+        return _plugin_spec(data, where)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {[_join(where, k) for k in unknown]}; valid keys at "
+                          f"'{where or '<top>'}': {sorted(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        hint = typing.get_type_hints(cls)[name]
+        kwargs[name] = _convert(hint, value, _join(where, name))
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where or 'config'}: {err}") from err
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, where)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        origin = typing.get_origin(hint)
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if hint is tuple and isinstance(value, list):
+        return tuple(value)
+    if hint is list and isinstance(value, list):
+        return [_plugin_spec(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if hint in (int, str, bool, dict) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _plugin_spec(data: Any, where: str) -> PluginSpec:
+    """``"grpo"`` or ``{name: grpo, eps: 1e-4}`` or ``{name: grpo, params: {...}}`` → PluginSpec."""
+    if isinstance(data, PluginSpec):
+        return data
+    if isinstance(data, str):
+        return PluginSpec(data, {})
+    if not isinstance(data, dict) or "name" not in data:
+        raise ConfigError(f"{where}: a plug-in is a name or a mapping with 'name', got {data!r}")
+    params = dict(data.get("params") or {})
+    params.update({k: v for k, v in data.items() if k not in ("name", "params")})
+    return PluginSpec(str(data["name"]), params)
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def to_dict(cfg: Any) -> Any:
+    """A plain, YAML-safe tree of a config (tuples become lists)."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def replace(cfg: Config, **sections: dict) -> Config:
+    """A copy of ``cfg`` with some fields of some sections changed: ``replace(cfg, run={"steps": 3})``."""
+    return from_dict(Config, merge(to_dict(cfg), sections))
+
+
+__all__ = ["Config", "ConfigError", "PluginSpec", "load_config", "parse_override", "to_dict", "replace", "field"]

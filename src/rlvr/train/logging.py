@@ -1,0 +1,99 @@
+"""Run outputs: metrics as JSONL, sample completions, TensorBoard when installed, timed phases."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+
+class PhaseTimer:
+    """Accumulates wall-clock seconds per named phase; ``timing/<phase>`` metrics."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def pop(self) -> dict[str, float]:
+        out = {f"timing/{k}": v for k, v in self.seconds.items()}
+        out["timing/step"] = sum(self.seconds.values())
+        self.seconds = defaultdict(float)
+        return out
+
+
+class RunLogger:
+    """Writes ``metrics.jsonl`` and ``samples.jsonl`` in the run folder (main process only)."""
+
+    def __init__(self, run_dir: str | Path, enabled: bool = True, resume_step: int = 0) -> None:
+        self.dir = Path(run_dir)
+        self.enabled = enabled
+        self.tb = None
+        if not enabled:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            _truncate_after(self.dir / name, resume_step)
+        try:  # optional: TensorBoard when installed
+            from torch.utils.tensorboard import SummaryWriter
+            self.tb = SummaryWriter(str(self.dir / "tb"))
+        except Exception:  # noqa: BLE001 — tensorboard missing or broken: JSONL is the record
+            self.tb = None
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        row = {"step": step, **{k: _scalar(v) for k, v in metrics.items()}}
+        with open(self.dir / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        if self.tb is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self.tb.add_scalar(key, value, step)
+
+    def samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        if not self.enabled or not rows:
+            return
+        with open(self.dir / "samples.jsonl", "a") as fh:
+            for row in rows:
+                fh.write(json.dumps({"step": step, **row}) + "\n")
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """On resume, drop rows logged after the checkpoint so the file reads as one uninterrupted run."""
+    if not path.exists():
+        return
+    if step <= 0:
+        path.unlink()
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
+    path.write_text("".join(line + "\n" for line in keep))

@@ -1,0 +1,98 @@
+"""Whole runs: warm start → (evaluate) → RL → evaluate → summary, as used by the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from rlvr.train.build import build_model, build_task
+from rlvr.train.config import Config
+from rlvr.train.trainer import Trainer, write_summary
+
+
+def warm_start_model(cfg: Config) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """The configured policy, supervised on task demonstrations when ``warm_start.steps > 0``."""
+    from rlvr.sft import warm_start
+    torch.manual_seed(cfg.run.seed)
+    model, tokenizer = build_model(cfg)
+    info: dict[str, Any] = {"warm_start_steps": cfg.warm_start.steps}
+    if cfg.warm_start.steps > 0:
+        ws = cfg.warm_start
+        result = warm_start(model, tokenizer, build_task(cfg), steps=ws.steps, batch_size=ws.batch_size,
+                            lr=ws.lr, warmup=ws.warmup, seed=cfg.run.seed)
+        info.update({f"warm_start_{k}": v for k, v in result.items() if k != "steps"})
+    return model, tokenizer, info
+
+
+def heldout(task: Any, n: int, seed: int) -> list:
+    """Held-out problems: the task's test split, disjoint from every training stream."""
+    return task.problems(n, seed=seed, split="test")
+
+
+def evaluate_policy(model: torch.nn.Module, tokenizer: Any, task: Any, problems: list, cfg: Config,
+                    k: int) -> dict[str, float]:
+    from rlvr.eval import evaluate
+    return evaluate(model, tokenizer, task, problems, k=k, max_new_tokens=cfg.rollout.max_new_tokens,
+                    temperature=cfg.rollout.temperature, seed=cfg.run.seed)
+
+
+def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Callable[[torch.nn.Module, int], dict]:
+    """A cheap periodic evaluation for learning curves: greedy held-out accuracy only."""
+    def fn(model: torch.nn.Module, step: int) -> dict[str, float]:
+        result = evaluate_policy(model, tokenizer, task, problems, cfg, k=1)
+        return {"eval/accuracy": result["greedy_accuracy"]}
+    return fn
+
+
+def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None = None,
+              tokenizer: Any = None) -> dict[str, Any]:
+    """Train per ``cfg`` (warm-starting the tiny model first when configured) and write summary.json."""
+    info: dict[str, Any] = {}
+    if model is None and not resume and cfg.model.path is None:
+        model, tokenizer, info = warm_start_model(cfg)
+    trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
+    task = trainer.parts["task"]
+    problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
+    eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)
+    before = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k) \
+        if not resume else None
+    result = trainer.train(resume=resume, eval_fn=eval_fn)
+    summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir)}
+    if trainer.acc.is_main_process:
+        after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
+        summary.update(_before_after(before, after))
+        write_summary(cfg.run.out_dir, summary)
+    return summary
+
+
+def _before_after(before: dict | None, after: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {"eval_after": after, "accuracy_after": after["greedy_accuracy"]}
+    if before is not None:
+        out.update({"eval_before": before, "accuracy_before": before["greedy_accuracy"],
+                    "accuracy_gain": after["greedy_accuracy"] - before["greedy_accuracy"]})
+    return out
+
+
+def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k: int = 8,
+                  max_new_tokens: int = 48, seed: int = 0) -> dict[str, Any]:
+    """Evaluate a saved model folder, or the latest checkpoint of a run folder."""
+    from rlvr.models import load_model, load_tokenizer
+    from rlvr.train.config import load_config, replace
+    folder = Path(path)
+    if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built
+        cfg = load_config(folder / "config.yaml")
+        from rlvr.train.checkpoint import latest_checkpoint, load_weights
+        model, tokenizer = build_model(cfg)
+        ckpt = latest_checkpoint(folder)
+        if ckpt is None:
+            raise FileNotFoundError(f"run folder {folder} has no checkpoint")
+        load_weights(ckpt, model)
+    else:
+        cfg = load_config(None, [f"task.name={task}"])
+        model, tokenizer = load_model(folder), load_tokenizer(folder)
+    cfg = replace(cfg, rollout={"max_new_tokens": max_new_tokens})
+    task_obj = build_task(cfg)
+    result = evaluate_policy(model, tokenizer, task_obj, heldout(task_obj, problems, seed), cfg, k)
+    return {"model": str(folder), "problems": problems, **result}

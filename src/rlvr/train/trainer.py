@@ -1,0 +1,237 @@
+"""The RL trainer: one short loop over plug-ins with named, timed phases (DESIGN.md §2).
+
+select → rollout → verify → shape → refine → advantage → loss → update → observe
+
+Runs in one process or data-parallel under ``torchrun`` / ``accelerate launch`` (each rank
+generates for its share of prompts; losses use global normalisers so the gradient equals the
+single-process gradient of the same global batch).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+
+from rlvr.batching import micro_batches
+from rlvr.losses.objective import NonFiniteLossError
+from rlvr.train.build import build_model, build_optimizer, build_pipeline
+from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
+from rlvr.train.collect import Collector
+from rlvr.train.config import Config, to_dict
+from rlvr.train.forward import sequence_logprobs
+from rlvr.train.logging import PhaseTimer, RunLogger
+from rlvr.types import AdvantageInputs, LossInputs, Rollouts
+
+
+class Trainer:
+    """Builds a run from a ``Config`` and trains it; ``train()`` returns the summary."""
+
+    def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
+                 accelerator: Accelerator | None = None) -> None:
+        self.cfg = cfg
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        self.acc = accelerator or Accelerator()
+        self.run_dir = Path(cfg.run.out_dir)
+        self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
+        torch.manual_seed(cfg.run.seed)
+        if model is None:
+            model, tokenizer = build_model(cfg)
+        self.tokenizer = tokenizer
+        self.ref_model = self._frozen_copy(model) if cfg.algorithm.kl_coef > 0 else None
+        optimizer, self.scheduler = build_optimizer(cfg, model)
+        self.model, self.optimizer = self.acc.prepare(model, optimizer)
+        self.timer = PhaseTimer()
+        self.collector = Collector(
+            task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
+            filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed,
+            rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer)
+        self.step = 0
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
+        """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``)."""
+        if resume:
+            self._resume()
+        elif self.acc.is_main_process:
+            self._write_run_files()
+        logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step)
+        start = time.perf_counter()
+        bar = tqdm(total=self.cfg.run.steps, initial=self.step, desc="rl", disable=not self.acc.is_main_process)
+        while self.step < self.cfg.run.steps:
+            metrics, batch = self.train_step()
+            self.step += 1
+            if eval_fn is not None and self.cfg.run.eval_every and self.step % self.cfg.run.eval_every == 0:
+                metrics.update(eval_fn(self.policy, self.step))
+            logger.log(self.step, metrics)
+            logger.samples(self.step, _samples(batch, self.cfg.run.log_samples))
+            bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", loss=f"{metrics['loss/total']:.4f}")
+            bar.update(1)
+            if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
+                self.save()
+        bar.close()
+        self.save()
+        logger.close()
+        return {"steps": self.step, "seconds": time.perf_counter() - start}
+
+    def train_step(self) -> tuple[dict[str, float], Rollouts]:
+        """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""
+        model = self.policy
+        model.eval()
+        with torch.no_grad():
+            batch, metrics = self.collector.collect(model, self.step)
+        with self.timer("advantage"):
+            self._advantages(batch, metrics)
+        if self.ref_model is not None:
+            with self.timer("logprobs"), torch.no_grad():
+                batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
+        model.train()
+        metrics.update(self.update(batch))
+        with self.timer("observe"):
+            self.parts["selector"].observe({"problems": batch.problems, "rewards": batch.rewards})
+        metrics.update(self.timer.pop())
+        metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
+        return metrics, batch
+
+    def update(self, batch: Rollouts) -> dict[str, float]:
+        """Loss, backward and optimizer step(s) on ``batch`` with global normalisers."""
+        norm = self._global_normalisers(batch.completion_mask)
+        # Weights do not change within the first epoch, so unless the sampler gave behaviour
+        # log-probs, the first epoch's forward is the behaviour policy (no extra pass).
+        fill_old = batch.old_logprobs is None
+        if fill_old:
+            batch.old_logprobs = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
+        out: dict[str, float] = {}
+        for epoch in range(self.cfg.optim.ppo_epochs):
+            mbs = micro_batches(batch.num_rows, self.cfg.optim.micro_batch_size)
+            sums: dict[str, float] = {}
+            for i, rows in enumerate(mbs):
+                sync = i == len(mbs) - 1
+                with (nullcontext() if sync else self.acc.no_sync(self.model)):
+                    step_metrics = self._micro_step(batch, rows, fill_old and epoch == 0, norm)
+                for key, value in step_metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value
+            with self.timer("optimizer"):
+                out.update(self._optimizer_step())
+            out.update(sums)
+        return out
+
+    # --- phases -----------------------------------------------------------------------------
+
+    def _advantages(self, batch: Rollouts, metrics: dict[str, float]) -> None:
+        inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
+                                 token_rewards=batch.token_rewards, values=batch.values)
+        result = self.parts["advantage"](inputs)
+        batch.advantages = result.advantages
+        adv = result.advantages[batch.completion_mask]
+        metrics["adv/mean"] = adv.mean().item() if adv.numel() else 0.0
+        metrics["adv/abs_mean"] = adv.abs().mean().item() if adv.numel() else 0.0
+        metrics.update({f"adv/{k}": float(v) for k, v in result.metrics.items()})
+
+    def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict) -> dict[str, float]:
+        with self.timer("forward"):
+            logp, ent = self._logprobs(self.model, batch, rows=rows, entropy=True)
+        if fill_old:
+            batch.old_logprobs[rows] = logp.detach()
+        old = batch.old_logprobs[rows]
+        inputs = LossInputs(logprobs=logp, old_logprobs=old, advantages=batch.advantages[rows],
+                            mask=batch.completion_mask[rows], entropy=ent,
+                            ref_logprobs=None if batch.ref_logprobs is None else batch.ref_logprobs[rows],
+                            rollout_logprobs=None if batch.rollout_logprobs is None else batch.rollout_logprobs[rows])
+        with self.timer("loss"):
+            loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
+        with self.timer("backward"):
+            self.acc.backward(loss)
+        share = rows.numel() / batch.num_rows  # metrics are averaged over micro-batches by row share
+        out = {"loss/total": loss.item()}
+        out.update({k: float(v) for k, v in metrics.items()})
+        out["rollout/entropy"] = (ent.detach()[inputs.mask].mean().item() if ent is not None else 0.0)
+        return {k: v * share if k != "loss/total" else v for k, v in out.items()}
+
+    def _optimizer_step(self) -> dict[str, float]:
+        clip = self.cfg.optim.grad_clip
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        total = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        if not torch.isfinite(total):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLossError(f"step {self.step}: gradient norm is {total.item()}; the update was "
+                                     f"skipped and the weights are unchanged (last checkpoint intact)")
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"optim/grad_norm": total.item()}
+
+    def _logprobs(self, model: torch.nn.Module, batch: Rollouts, rows: torch.Tensor | None = None,
+                  entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        sel = slice(None) if rows is None else rows
+        return sequence_logprobs(model, batch.prompt_ids[sel], batch.prompt_mask[sel], batch.completion_ids[sel],
+                                 batch.attention[sel], temperature=self.cfg.rollout.temperature,
+                                 with_entropy=entropy, entropy_grad=entropy and self.cfg.algorithm.entropy_coef > 0)
+
+    def _global_normalisers(self, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).float()
+        total = self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local
+        return {"num_tokens": total[0], "num_seqs": total[1]}
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        """The unwrapped policy (no DDP wrapper), for generation and evaluation."""
+        return self.acc.unwrap_model(self.model)
+
+    def save(self) -> None:
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            state = {"scheduler": {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}}
+            save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state)
+        self.acc.wait_for_everyone()
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
+        state = load_checkpoint(path, self.policy, self.optimizer)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        if self.ref_model is not None:
+            load_weights(self.run_dir / "reference", self.ref_model)
+
+    def _write_run_files(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False))
+        if self.ref_model is not None:  # resume needs the exact reference, not a rebuilt one
+            save_weights(self.run_dir / "reference", self.ref_model)
+
+    @staticmethod
+    def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+        ref = copy.deepcopy(model).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+
+def _samples(batch: Rollouts, n: int) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(min(n, batch.num_rows)):
+        rows.append({"prompt": batch.problems[i].prompt, "completion": batch.texts[i] if batch.texts else "",
+                     "reward": batch.rewards[i].tolist() if batch.rewards is not None else None})
+    return rows
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
+    path = Path(run_dir) / "summary.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(path)

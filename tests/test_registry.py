@@ -1,0 +1,89 @@
+"""Registry, plug-in conventions and `rlvr list`."""
+
+import dataclasses
+import json
+
+import pytest
+
+import rlvr
+from rlvr import registry
+from rlvr.cli import main
+from rlvr.registry import RegistryError, build, register
+
+CORE = {
+    "advantage": {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae", "gdpo"},
+    "loss": {"ppo_clip", "gspo", "dppo_tv", "dppo_kl", "cispo"},
+    "filter": {"zero_std"},
+}
+
+
+def test_core_plugins_registered():
+    for kind, expected in CORE.items():
+        assert expected <= set(rlvr.names(kind)), (kind, rlvr.names(kind))
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(RegistryError, match=r"unknown advantage 'grpoo'; valid names: .*grpo"):
+        build("advantage", "grpoo")
+
+
+def test_unknown_kind():
+    with pytest.raises(RegistryError, match="unknown plug-in kind 'advantages'"):
+        build("advantages", "grpo")
+
+
+def test_unknown_parameter_names_it_and_valid_ones():
+    with pytest.raises(RegistryError, match=r"unknown parameter\(s\) \['epsilon'\]; valid: \['scale'"):
+        build("advantage", "grpo", epsilon=1e-4)
+
+
+def test_build_passes_params():
+    est = build("advantage", "grpo", eps=1e-4, scale="batch")
+    assert est.config.eps == 1e-4 and est.config.scale == "batch"
+
+
+def test_duplicate_registration_raises():
+    with pytest.raises(RegistryError, match="already registered"):
+        @register("advantage", "grpo")
+        class Again:  # noqa: D401 — a throwaway plug-in
+            Config = registry.Entry  # any dataclass
+
+
+def test_user_plugin_by_import_path():
+    est = build("advantage", "rlvr.advantages.grpo:GRPO", scale="none")
+    assert type(est).__name__ == "GRPO" and est.config.scale == "none"
+    with pytest.raises(RegistryError, match="cannot import plug-in module 'no_such_pkg.mod'"):
+        build("advantage", "no_such_pkg.mod:Thing")
+    with pytest.raises(RegistryError, match="has no attribute 'Nope'"):
+        build("advantage", "rlvr.advantages.grpo:Nope")
+
+
+def test_every_plugin_follows_the_conventions():
+    for entry in registry.entries():
+        cfg = entry.cls.Config
+        assert dataclasses.is_dataclass(cfg), entry.name
+        assert cfg.__dataclass_params__.frozen, f"{entry.kind} {entry.name}: Config must be frozen"
+        for f in dataclasses.fields(cfg):
+            assert f.metadata.get("help"), f"{entry.kind} {entry.name}: field '{f.name}' has no help line"
+        doc = entry.cls.__doc__ or ""
+        assert entry.summary, f"{entry.kind} {entry.name}: no docstring"
+        if entry.kind in ("advantage", "loss", "filter"):
+            assert "Differs from" in doc and "Shapes" in doc, f"{entry.kind} {entry.name}: docstring sections"
+            assert "arXiv" in entry.paper, f"{entry.kind} {entry.name}: paper citation missing"
+
+
+def test_list_json_names_every_plugin(capsys):
+    assert main(["list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    listed = {(p["kind"], p["name"]) for p in data["plugins"]}
+    for kind, expected in CORE.items():
+        assert {(kind, n) for n in expected} <= listed
+    assert set(data["aggregation_modes"]) == set(rlvr.AGGREGATION_MODES)
+    grpo = next(p for p in data["plugins"] if p["name"] == "grpo")
+    assert "arXiv:2402.03300" in grpo["paper"] and any(f["name"] == "ddof" for f in grpo["params"])
+
+
+def test_list_text(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "advantage" in out and "grpo" in out and "ppo_clip" in out
