@@ -48,7 +48,7 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             opt.step()
             sched.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             if step % 10 == 0:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
     finally:

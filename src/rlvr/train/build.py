@@ -20,7 +20,10 @@ def build_plugin(kind: str, spec: PluginSpec) -> Any:
 
 
 def build_task(cfg: Config) -> Any:
-    return build_plugin("task", PluginSpec(cfg.task.name, cfg.task.params))
+    """The task, probed once so a bad dataset (missing file or column) fails before any work."""
+    task = build_plugin("task", PluginSpec(cfg.task.name, cfg.task.params))
+    task.problems(1, seed=0)
+    return task
 
 
 def build_objective(cfg: Config) -> Objective:

@@ -9,7 +9,7 @@ import torch
 from rlvr.batching import concat_rollouts
 from rlvr.models import format_prompt
 from rlvr.rollout import generate
-from rlvr.tasks import safe_verify
+from rlvr.tasks import verify_all
 from rlvr.types import BatchError, Problem, Rollouts
 
 
@@ -82,12 +82,10 @@ class Collector:
                         group_ids=group_ids, rollout_logprobs=gen.logprobs, texts=list(gen.texts))
 
     def _verify(self, batch: Rollouts) -> None:
-        scores = [safe_verify(self.task.verify, p, text, self.cfg.verify_timeout_s)
-                  for p, text in zip(batch.problems, batch.texts)]
+        scores = verify_all(self.task, batch.problems, batch.texts, self.cfg.verify_timeout_s)
         batch.rewards = torch.tensor([[s.value] for s in scores], dtype=torch.float32)  # (N, 1)
         batch.reward_names = ["correct"]
-        errors = [s.meta["error"] for s in scores if s.meta.get("error")]
-        batch.meta["verifier_errors"] = errors
+        batch.meta["verifier_errors"] = {i: str(s.meta["error"]) for i, s in enumerate(scores) if s.meta.get("error")}
         batch.meta["parsed"] = [s.parsed for s in scores]
 
 

@@ -57,12 +57,23 @@ class WarmStartConfig:
 class RolloutConfig:
     prompts_per_step: int = param(8, "prompts B per optimizer step (global, across ranks)")
     group_size: int = param(8, "completions G per prompt")
+    batch_size: int = param(0, "rows B*G per step, TRL-style; when set, prompts_per_step = batch_size / group_size")
     max_new_tokens: int = param(48, "completion length cap T")
     temperature: float = param(1.0, "sampling temperature")
     top_p: float = param(1.0, "nucleus sampling mass")
     top_k: int = param(0, "top-k sampling (0 = off)")
     refill_rounds: int = param(0, "DAPO dynamic sampling: extra sampling rounds to refill groups the filters drop")
     verify_timeout_s: float = param(5.0, "time limit of one verifier call; a timeout scores 0")
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1 or self.prompts_per_step < 1:
+            raise ValueError(f"rollout.group_size and rollout.prompts_per_step must be >= 1, "
+                             f"got {self.group_size}, {self.prompts_per_step}")
+        if self.batch_size:
+            if self.batch_size % self.group_size:
+                raise ValueError(f"rollout.batch_size={self.batch_size} is not divisible by "
+                                 f"rollout.group_size={self.group_size}")
+            object.__setattr__(self, "prompts_per_step", self.batch_size // self.group_size)
 
 
 @dataclass(frozen=True)
@@ -179,13 +190,24 @@ def from_dict(cls: type, data: Any, where: str = "") -> Any:
         raise ConfigError(f"unknown key(s) {[_join(where, k) for k in unknown]}; valid keys at "
                           f"'{where or '<top>'}': {sorted(fields)}")
     kwargs = {}
+    hints = typing.get_type_hints(cls)
     for name, value in data.items():
-        hint = typing.get_type_hints(cls)[name]
-        kwargs[name] = _convert(hint, value, _join(where, name))
+        if hints[name] is PluginSpec and isinstance(value, dict) and "name" not in value:
+            # Overriding only parameters (algorithm.loss.eps_high=0.28) keeps the default plug-in.
+            default = _default(fields[name])
+            value = {"name": default.name, **merge(default.params, value.get("params", {})),
+                     **{k: v for k, v in value.items() if k != "params"}}
+        kwargs[name] = _convert(hints[name], value, _join(where, name))
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{where or 'config'}: {err}") from err
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory()  # type: ignore[misc]
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:

@@ -69,7 +69,13 @@ class Trainer:
         start = time.perf_counter()
         bar = tqdm(total=self.cfg.run.steps, initial=self.step, desc="rl", disable=not self.acc.is_main_process)
         while self.step < self.cfg.run.steps:
-            metrics, batch = self.train_step()
+            try:
+                metrics, batch = self.train_step()
+            except NonFiniteLossError as err:
+                self.optimizer.zero_grad(set_to_none=True)
+                last = latest_checkpoint(self.run_dir)
+                raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
+                                         f"checkpoint: {last or 'none'}") from err
             self.step += 1
             if eval_fn is not None and self.cfg.run.eval_every and self.step % self.cfg.run.eval_every == 0:
                 metrics.update(eval_fn(self.policy, self.step))
@@ -152,11 +158,14 @@ class Trainer:
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):
             self.acc.backward(loss)
-        share = rows.numel() / batch.num_rows  # metrics are averaged over micro-batches by row share
+        # Loss terms are already this micro-batch's share of the global value (they add up);
+        # per-call diagnostics (clip fractions, entropy means) are averaged by row share.
+        share = rows.numel() / batch.num_rows
         out = {"loss/total": loss.item()}
-        out.update({k: float(v) for k, v in metrics.items()})
-        out["rollout/entropy"] = (ent.detach()[inputs.mask].mean().item() if ent is not None else 0.0)
-        return {k: v * share if k != "loss/total" else v for k, v in out.items()}
+        for key, value in metrics.items():
+            out[key] = float(value) if key in _ADDITIVE else float(value) * share
+        out["rollout/entropy"] = ent.detach()[inputs.mask].mean().item() * share if ent is not None else 0.0
+        return out
 
     def _optimizer_step(self) -> dict[str, float]:
         clip = self.cfg.optim.grad_clip
@@ -164,8 +173,7 @@ class Trainer:
         total = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
         if not torch.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLossError(f"step {self.step}: gradient norm is {total.item()}; the update was "
-                                     f"skipped and the weights are unchanged (last checkpoint intact)")
+            raise NonFiniteLossError(f"gradient norm is {total.item()}; the update was skipped")
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -193,7 +201,7 @@ class Trainer:
     def save(self) -> None:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
-            state = {"scheduler": {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}}
+            state = {"scheduler": self.scheduler.state_dict()}  # plain numbers (lr_lambdas: [None])
             save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state)
         self.acc.wait_for_everyone()
 
@@ -221,11 +229,19 @@ class Trainer:
         return ref
 
 
+_ADDITIVE = {"loss/policy", "loss/kl", "loss/entropy"}
+
+
 def _samples(batch: Rollouts, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` rows, plus every row whose verifier failed (with the reason)."""
+    errors = batch.meta.get("verifier_errors", {})
     rows = []
-    for i in range(min(n, batch.num_rows)):
-        rows.append({"prompt": batch.problems[i].prompt, "completion": batch.texts[i] if batch.texts else "",
-                     "reward": batch.rewards[i].tolist() if batch.rewards is not None else None})
+    for i in sorted(set(range(min(n, batch.num_rows))) | set(errors)):
+        row = {"prompt": batch.problems[i].prompt, "completion": batch.texts[i] if batch.texts else "",
+               "reward": batch.rewards[i].tolist() if batch.rewards is not None else None}
+        if i in errors:
+            row["verifier_error"] = errors[i]
+        rows.append(row)
     return rows
 
 

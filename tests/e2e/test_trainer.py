@@ -1,0 +1,194 @@
+"""Tiny-model end-to-end runs of the trainer: learning signal, presets, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlvr.losses.objective import NonFiniteLossError
+from rlvr.registry import param, register
+from rlvr.tasks import Arithmetic
+from rlvr.tasks.arithmetic import ArithmeticConfig
+from rlvr.train.checkpoint import latest_checkpoint
+from rlvr.train.config import ConfigError
+from rlvr.train.logging import read_metrics
+from rlvr.train.trainer import Trainer
+from rlvr.types import LossOutput
+from rlvr.losses.base import PolicyLoss
+
+from tests.e2e.tiny import tiny_config
+
+PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
+
+
+def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in PRESETS.glob("*.yaml")))
+def test_every_preset_runs_and_changes_weights(tmp_path, preset):
+    cfg = tiny_config(tmp_path, ["run.steps=2"], path=str(PRESETS / f"{preset}.yaml"))
+    trainer = Trainer(cfg)
+    before = _params(trainer.policy)
+    trainer.train()
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(torch.isfinite(torch.tensor(r["loss/total"])) for r in rows)
+    for key in ("reward/mean", "adv/abs_mean", "timing/rollout", "timing/backward", "rollout/response_length"):
+        assert key in rows[-1], key
+    after = _params(trainer.policy)
+    if any(r["adv/abs_mean"] > 0 for r in rows):  # with any signal the weights must move
+        assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert (tmp_path / "config.yaml").exists() and latest_checkpoint(tmp_path) is not None
+
+
+def test_resume_is_exact(tmp_path, monkeypatch):
+    overrides = ["run.steps=4", "run.save_every=2", "optim.schedule=cosine", "optim.ppo_epochs=2",
+                 "optim.micro_batch_size=8"]
+    full = Trainer(tiny_config(tmp_path / "full", overrides))
+    full.train()
+    expected = _params(full.policy)
+
+    crashed = Trainer(tiny_config(tmp_path / "crash", overrides))
+    original = Trainer.train_step
+    calls = {"n": 0}
+
+    def crash_at_third(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated kill during step 3")
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "train_step", crash_at_third)
+    with pytest.raises(KeyboardInterrupt):
+        crashed.train()
+    monkeypatch.setattr(Trainer, "train_step", original)
+    resumed = Trainer(tiny_config(tmp_path / "crash", overrides))
+    resumed.train(resume=True)
+    got = _params(resumed.policy)
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), key
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+
+    assert strip(read_metrics(tmp_path / "crash")) == strip(read_metrics(tmp_path / "full"))
+
+
+def test_checkpoint_is_safetensors_and_json(tmp_path):
+    trainer = Trainer(tiny_config(tmp_path, ["run.steps=1"]))
+    trainer.train()
+    ckpt = latest_checkpoint(tmp_path)
+    weights = load_file(str(ckpt / "model.safetensors"))
+    for key, value in trainer.policy.state_dict().items():
+        if key in weights:
+            assert torch.equal(weights[key], value)
+    state = json.loads((ckpt / "state.json").read_text())
+    assert state["step"] == 1 and "scheduler" in state
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+def test_unknown_preset_key_is_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm:\n  advantage: {name: grpo}\n  clip_higher: 0.28\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['algorithm.clip_higher'\]; valid keys"):
+        tiny_config(tmp_path, path=str(bad))
+
+
+def test_unknown_plugin_parameter_fails_before_work(tmp_path):
+    with pytest.raises(ConfigError, match=r"loss 'ppo_clip'.*unknown parameter\(s\) \['eps'\]"):
+        Trainer(tiny_config(tmp_path, ["algorithm.loss.eps=0.3"]))
+    assert not (tmp_path / "config.yaml").exists()
+
+
+def test_group_size_must_divide_the_batch(tmp_path):
+    with pytest.raises(ConfigError, match="rollout.batch_size=30 is not divisible by rollout.group_size=4"):
+        tiny_config(tmp_path, ["rollout.batch_size=30"])
+
+
+def test_dataset_without_answer_column(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1=", "solution": "2"}) + "\n")
+    with pytest.raises((ConfigError, ValueError), match="answer"):
+        Trainer(tiny_config(tmp_path / "run", ["task.name=dataset", f"task.params.path={data}"]))
+
+
+@dataclass(frozen=True)
+class FlakyConfig(ArithmeticConfig):
+    mode: str = param("raise", "raise | hang: what the verifier does on odd rows")
+
+
+@register("task", "flaky_arithmetic_test")
+class FlakyArithmetic(Arithmetic):
+    """Arithmetic whose verifier raises or hangs on some completions (for the trainer's tests).
+
+    Differs from arithmetic: verify misbehaves on purpose. Shapes: as arithmetic.
+    """
+
+    Config = FlakyConfig
+    needs_timeout = True
+
+    def verify(self, problem, completion):
+        if random.Random(completion).random() < 0.75:
+            if self.config.mode == "hang":
+                time.sleep(30)
+            raise RuntimeError("verifier exploded")
+        return super().verify(problem, completion)
+
+
+@pytest.mark.parametrize("mode", ["raise", "hang"])
+def test_bad_verifier_scores_zero_and_run_goes_on(tmp_path, mode):
+    cfg = tiny_config(tmp_path, ["task.name=flaky_arithmetic_test", f"task.params.mode={mode}", "run.steps=1",
+                                 "rollout.verify_timeout_s=0.2", "rollout.prompts_per_step=2",
+                                 "rollout.group_size=2"])
+    start = time.perf_counter()
+    Trainer(cfg).train()
+    assert time.perf_counter() - start < 25  # a hung verifier did not hold the run
+    rows = read_metrics(tmp_path)
+    assert rows[-1]["reward/verifier_errors"] >= 1
+    reasons = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert reasons
+
+
+@dataclass(frozen=True)
+class _NoParams:
+    """No hyperparameters."""
+
+
+@register("loss", "nan_loss_test")
+class NaNLoss(PolicyLoss):
+    """A loss that turns NaN on its second call (for the NaN guard's test).
+
+    Paper: none (arXiv: n/a, test fixture). Differs from ppo_clip: returns NaN. Shapes: (N, T).
+    """
+
+    Config = _NoParams
+    calls = 0
+
+    def __call__(self, inputs):
+        NaNLoss.calls += 1
+        value = -(inputs.advantages * inputs.logprobs)
+        if NaNLoss.calls >= 2:
+            value = value + float("nan")
+        return LossOutput(value)
+
+
+def test_nan_loss_stops_with_clear_message_and_keeps_checkpoint(tmp_path):
+    NaNLoss.calls = 0
+    cfg = tiny_config(tmp_path, ["algorithm.loss.name=nan_loss_test", "run.steps=3", "run.save_every=1"])
+    trainer = Trainer(cfg)
+    with pytest.raises(NonFiniteLossError, match=r"step 2: non-finite loss term\(s\): 'policy' = nan.*last checkpoint: .*step_000001"):
+        trainer.train()
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.name == "step_000001"
+    saved = load_file(str(ckpt / "model.safetensors"))
+    assert all(torch.isfinite(v).all() for v in saved.values())
+    assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())

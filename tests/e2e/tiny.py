@@ -1,0 +1,55 @@
+"""A tiny, fast run configuration shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from rlvr.registry import param, register
+from rlvr.tasks import Task
+from rlvr.tasks.base import TaskConfig
+from rlvr.train.config import Config, load_config
+from rlvr.types import Problem, Score
+
+
+@dataclass(frozen=True)
+class DigitConfig(TaskConfig):
+    digit: str = param("7", "the digit a completion must contain")
+
+
+@register("task", "toy_digit_test")
+class ToyDigit(Task):
+    """Reward 1 when the completion contains a given digit: an untrained tiny model already
+    succeeds sometimes, so groups have mixed rewards and every step has a learning signal.
+
+    Differs from arithmetic: a trivial check, for tests only. Shapes: n/a.
+    """
+
+    Config = DigitConfig
+
+    def sample(self, rng: random.Random) -> Problem:
+        return Problem(prompt=f"{rng.randint(0, 10**6)}:", answer=self.config.digit)
+
+    def verify(self, problem: Problem, completion: str) -> Score:
+        return Score(float(self.config.digit in completion), parsed=completion[:4])
+
+    def demonstration(self, problem: Problem) -> str:
+        return f"{problem.answer}"
+
+    def check_steps(self, problem: Problem, completion: str) -> int | None:
+        return None if self.config.digit in completion else 0
+
+
+TINY = {
+    "task": {"name": "toy_digit_test"},
+    "model": {"hidden": 32, "layers": 1, "heads": 2},
+    "warm_start": {"steps": 0},
+    "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 12},
+    "optim": {"lr": 1e-3},
+    "run": {"steps": 3, "eval_every": 0, "eval_problems": 8, "eval_k": 2, "save_every": 0, "threads": 1},
+}
+
+
+def tiny_config(out_dir: str, overrides: list[str] | None = None, path: str | None = None) -> Config:
+    base = {**TINY, "run": {**TINY["run"], "out_dir": str(out_dir)}}
+    return load_config(path, overrides, base=base)
