@@ -40,7 +40,8 @@ class Trainer:
         self.cfg = cfg
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
-        self.acc = accelerator or Accelerator()
+        # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.
+        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
         torch.manual_seed(cfg.run.seed)
@@ -107,7 +108,7 @@ class Trainer:
             self.parts["selector"].observe({"problems": batch.problems, "rewards": batch.rewards})
         metrics.update(self.timer.pop())
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
-        return metrics, batch
+        return self._mean_over_ranks(metrics), batch
 
     def update(self, batch: Rollouts) -> dict[str, float]:
         """Loss, backward and optimizer step(s) on ``batch`` with global normalisers."""
@@ -161,8 +162,8 @@ class Trainer:
         # Loss terms are already this micro-batch's share of the global value (they add up);
         # per-call diagnostics (clip fractions, entropy means) are averaged by row share.
         share = rows.numel() / batch.num_rows
-        out = {"loss/total": loss.item()}
-        for key, value in metrics.items():
+        out = {}
+        for key, value in {"loss/total": loss.detach(), **metrics}.items():
             out[key] = float(value) if key in _ADDITIVE else float(value) * share
         out["rollout/entropy"] = ent.detach()[inputs.mask].mean().item() * share if ent is not None else 0.0
         return out
@@ -190,6 +191,14 @@ class Trainer:
         local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).float()
         total = self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local
         return {"num_tokens": total[0], "num_seqs": total[1]}
+
+    def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Average every metric over data-parallel ranks (loss shares average to the global loss)."""
+        if self.acc.num_processes == 1:
+            return metrics
+        keys = sorted(metrics)
+        values = self.acc.reduce(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64), "mean")
+        return dict(zip(keys, values.tolist()))
 
     # --- state ------------------------------------------------------------------------------
 
@@ -229,7 +238,7 @@ class Trainer:
         return ref
 
 
-_ADDITIVE = {"loss/policy", "loss/kl", "loss/entropy"}
+_ADDITIVE = {"loss/total", "loss/policy", "loss/kl", "loss/entropy"}
 
 
 def _samples(batch: Rollouts, n: int) -> list[dict[str, Any]]:

@@ -1,0 +1,63 @@
+"""Worker for the data-parallel tests; run as ``torchrun --nproc_per_node 2 -m tests.e2e.ddp_worker MODE OUT``
+or as a plain single process. Writes ``OUT/rank<r>.json``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from rlvr.train.trainer import Trainer
+from rlvr.types import AdvantageInputs, Problem, Rollouts
+from tests.e2e.tiny import tiny_config
+
+B, G, P, T = 4, 4, 5, 8
+
+
+def fixed_global_batch(vocab: int) -> Rollouts:
+    """The same global batch in every process: random tokens, uneven lengths, mixed rewards."""
+    gen = torch.Generator().manual_seed(1234)
+    n = B * G
+    lengths = torch.randint(2, T + 1, (n,), generator=gen)
+    mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)  # (N, T)
+    return Rollouts(problems=[Problem(prompt=f"p{i // G}") for i in range(n)],
+                    prompt_ids=torch.randint(4, vocab, (n, P), generator=gen),
+                    prompt_mask=torch.ones(n, P, dtype=torch.bool),
+                    completion_ids=torch.randint(4, vocab, (n, T), generator=gen), completion_mask=mask,
+                    group_ids=torch.arange(B).repeat_interleave(G),
+                    rewards=torch.randint(0, 2, (n, 1), generator=gen).float())
+
+
+def run_fixed(trainer: Trainer) -> dict:
+    """One update on this rank's prompts of the fixed global batch."""
+    acc = trainer.acc
+    batch = fixed_global_batch(trainer.policy.config.vocab_size)
+    per_rank = B // acc.num_processes
+    rows = torch.arange(acc.process_index * per_rank * G, (acc.process_index + 1) * per_rank * G)
+    local = batch.select(rows)
+    local.advantages = trainer.parts["advantage"](AdvantageInputs(
+        rewards=local.rewards, mask=local.completion_mask, group_ids=local.group_ids)).advantages
+    metrics = trainer.update(local)
+    loss = torch.tensor(metrics["loss/total"])
+    if acc.num_processes > 1:  # each rank holds its share of the global loss (scaled by dp_size)
+        loss = acc.reduce(loss, reduction="mean")
+    return {"loss": loss.item()}
+
+
+def main(mode: str, out: str) -> None:
+    overrides = (["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean", "algorithm.entropy_coef=0.01"]
+                 if mode == "fixed" else ["run.steps=2"])
+    cfg = tiny_config(Path(out) / "run", overrides)
+    trainer = Trainer(cfg)
+    result = run_fixed(trainer) if mode == "fixed" else {"summary": trainer.train()}
+    params = {k: v.detach().double().sum().item() for k, v in trainer.policy.state_dict().items()}
+    flat = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
+    result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes})
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"rank{trainer.acc.process_index}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

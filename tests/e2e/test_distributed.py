@@ -1,0 +1,47 @@
+"""Data-parallel training with 2 processes on the gloo backend (torchrun), against one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(args: list[str], out: Path, nproc: int) -> list[dict]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+               "--master_port", str(29500 + os.getpid() % 1000), "-m", "tests.e2e.ddp_worker", *args, str(out)]
+    else:
+        cmd = [sys.executable, "-m", "tests.e2e.ddp_worker", *args, str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def _max_diff(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def test_two_process_update_equals_single_process(tmp_path):
+    """Same global batch: the 2-rank loss (mean of ranks' shares) and updated weights equal 1 process."""
+    two = _run(["fixed"], tmp_path / "two", 2)
+    one = _run(["fixed"], tmp_path / "one", 1)[0]
+    assert two[0]["world"] == 2 and one["world"] == 1
+    assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3  # a non-trivial loss
+    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
+
+
+def test_two_process_training_keeps_ranks_identical(tmp_path):
+    ranks = _run(["train"], tmp_path / "train", 2)
+    assert all(r["world"] == 2 and r["summary"]["steps"] == 2 for r in ranks)
+    assert _max_diff(ranks[0]["flat"], ranks[1]["flat"]) == 0.0
+    rows = [json.loads(x) for x in (tmp_path / "train" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]  # only the main process writes
