@@ -76,8 +76,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.presets import resolve_config
     from rlvr.train.config import load_config
     from rlvr.train.run import train_run
+    if args.config and "=" in args.config:  # `train --resume RUN key=value`: no config file given
+        args.overrides, args.config = [args.config, *args.overrides], None
     if args.resume:
         from pathlib import Path
+        if args.config:
+            raise ValueError("with --resume the run's own config.yaml is used; pass only key=value overrides")
         cfg = load_config(Path(args.resume) / "config.yaml", args.overrides)
         summary = train_run(cfg, resume=True)
     else:

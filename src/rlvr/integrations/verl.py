@@ -118,7 +118,7 @@ def _algo_knobs(config: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     if norm is not None:
         knobs["norm_by_std"] = bool(norm)
         if not norm:  # only switch the std off: True leaves each estimator's own default (dr_grpo: none)
-            knobs["scale"] = "none"
+            pass
     return knobs
 
 

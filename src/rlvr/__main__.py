@@ -1,0 +1,3 @@
+from rlvr.cli import main
+import sys
+sys.exit(main())
