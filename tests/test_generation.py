@@ -8,7 +8,7 @@ import torch
 
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.ops import logprobs_from_logits
-from rlvr.rollout import generate
+from rlvr.rollout import encode_prompts, generate, sequence_logprobs
 from rlvr.rollout.hf import _filter
 
 ENGINES = ["loop", "hf"]
@@ -153,3 +153,23 @@ def test_uniform_model_logprob_golden():
     gen = generate(model, tok, ["0", "01"], max_new_tokens=5, seed=0)
     expected = -math.log(len(tok))  # V = 4 specials + 2 = 6
     assert torch.allclose(gen.logprobs[gen.completion_mask], torch.tensor(expected), atol=1e-6)
+
+
+def test_sequence_logprobs_matches_generation_and_keeps_grad(small):
+    model, tok = small
+    gen = generate(model, tok, PROMPTS * 2, max_new_tokens=16, temperature=0.8, seed=2)
+    lp, ent = sequence_logprobs(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids,
+                                gen.completion_mask, temperature=0.8, with_entropy=True)
+    m = gen.completion_mask
+    assert torch.allclose(lp[m], gen.logprobs[m], atol=1e-4)
+    assert torch.allclose(lp[m], forward_logprobs(model, gen, 0.8)[m], atol=1e-5)
+    assert lp.requires_grad and ent.shape == lp.shape
+    assert bool((ent[m] > 0).all()) and bool((ent[m] <= math.log(len(tok)) + 1e-5).all())
+
+
+def test_chat_prompts_that_carry_bos_are_not_given_a_second_one(small):
+    _, tok = small
+    ids, mask = encode_prompts(tok, ["<bos>12=", "<bos>3="])
+    assert ids[0].tolist().count(tok.bos_token_id) == 1
+    ids, _ = encode_prompts(tok, ["12=", "3="])
+    assert ids[0, 0].item() == tok.bos_token_id

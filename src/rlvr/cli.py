@@ -86,7 +86,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         summary = train_run(cfg, resume=True)
     else:
         summary = train_run(load_config(resolve_config(args.config), args.overrides))
-    _print_summary(summary)
+    if summary:  # data-parallel: only the main process reports
+        _print_summary(summary)
     return 0
 
 

@@ -68,7 +68,9 @@ def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     seqs, labels = [], []
     for p in problems:
-        prompt = tokenizer(format_prompt(tokenizer, p.prompt))["input_ids"]
+        text = format_prompt(tokenizer, p.prompt)
+        bos = tokenizer.bos_token
+        prompt = tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
         completion = tokenizer(task.demonstration(p), add_special_tokens=False)["input_ids"] + [eos]
         seqs.append(prompt + completion)
         labels.append([IGNORE] * len(prompt) + completion)

@@ -112,13 +112,15 @@ def _fields(config_cls: type) -> set[str]:
 
 def _algo_knobs(config: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """verl's algorithm knobs under rlvr field names (keywords win over the config)."""
-    knob = lambda name: kwargs[name] if name in kwargs else _get(config, name)  # noqa: E731
+    def knob(name: str) -> Any:
+        return kwargs[name] if name in kwargs else _get(config, name)
+
     knobs = {"gamma": knob("gamma"), "lam": knob("lam"), "eps": kwargs.get("epsilon")}
     norm = knob("norm_adv_by_std_in_grpo")
     if norm is not None:
         knobs["norm_by_std"] = bool(norm)
         if not norm:  # only switch the std off: True leaves each estimator's own default (dr_grpo: none)
-            pass
+            knobs["scale"] = "none"
     return knobs
 
 

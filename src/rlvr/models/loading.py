@@ -22,14 +22,20 @@ def load_model(path: str | Path, dtype: torch.dtype | str = "auto", **kwargs: An
 def load_tokenizer(path: str | Path, **kwargs: Any) -> PreTrainedTokenizerBase:
     """Our char tokenizer loads as ``PreTrainedTokenizerFast`` straight from tokenizer.json (an
     ``AutoTokenizer`` keyed on the model type could rebuild it and, e.g. for qwen2, drop spaces);
-    any other tokenizer goes through ``AutoTokenizer``."""
+    any other tokenizer goes through ``AutoTokenizer``. A tokenizer without a pad token gets the
+    eos token as pad (generation pads prompts on the left)."""
     folder = _check_folder(path, None)
     config_file = folder / "tokenizer_config.json"
+    tok = None
     if config_file.is_file() and (folder / "tokenizer.json").is_file():
         config = json.loads(config_file.read_text())
         if config.get("rlvr_tokenizer") == CHAR_TOKENIZER_MARK:
-            return PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True, **kwargs)
-    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **kwargs)
+            tok = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True, **kwargs)
+    if tok is None:
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **kwargs)
+    if tok.pad_token is None and tok.eos_token is not None:
+        tok.pad_token = tok.eos_token
+    return tok
 
 
 def format_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> str:

@@ -44,7 +44,7 @@ class Generation:
         return self.completion_mask.sum(-1)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the outputs feed autograd graphs later (gather indices)
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], *,
              max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
              do_sample: bool = True, seed: int | None = None, engine: str = "loop") -> Generation:
@@ -60,10 +60,9 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
     if do_sample and temperature <= 0:
         raise ValueError(f"generate: temperature must be > 0 when sampling, got {temperature}")
     pad_id, eos_ids = _special_ids(model, tokenizer)
-    enc = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
     device = next(model.parameters()).device
-    prompt_ids = enc["input_ids"].to(device)  # (N, P)
-    prompt_mask = enc["attention_mask"].to(device).bool()  # (N, P)
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # (N, P), (N, P)
     temp = temperature if do_sample else 1.0
     sampler = _Sampler(temp, top_p, top_k, do_sample, seed, device)
     was_training = model.training
@@ -78,6 +77,18 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
     logprobs = torch.where(mask, logprobs, torch.zeros_like(logprobs))
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
     return Generation(prompt_ids, prompt_mask, tokens, mask, logprobs, texts)
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> tuple[Tensor, Tensor]:
+    """Left-padded ids (N, P) and bool mask (N, P). Special tokens (our ``<bos>``) are added unless
+    every prompt already starts with the bos text, as a chat template's output may."""
+    if tokenizer.pad_token_id is None:
+        raise ValueError("generate: the tokenizer has no pad token; set tokenizer.pad_token "
+                         "(load_tokenizer uses the eos token)")
+    bos = tokenizer.bos_token
+    add = not (bos and all(p.startswith(bos) for p in prompts))
+    enc = tokenizer(prompts, padding=True, padding_side="left", add_special_tokens=add, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"].bool()
 
 
 class _Sampler:

@@ -59,7 +59,10 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     before = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k) \
         if not resume else None
     result = trainer.train(resume=resume, eval_fn=eval_fn)
-    summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir)}
+    summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir),
+                               "processes": trainer.acc.num_processes}
+    if not trainer.acc.is_main_process:
+        return {}
     if trainer.acc.is_main_process:
         after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
         summary.update(_before_after(before, after))
