@@ -46,6 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run the pair this many times in alternating order (A B, B A, ...) and pool the timed "
+                        "steps, so slow drift in machine load hits both frameworks alike")
     p.add_argument("--only", choices=("rlvr", "trl"), default=None, help="run one framework (both by default)")
     p.add_argument("--worker", choices=("rlvr", "trl"), default=None, help=argparse.SUPPRESS)
     p.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
@@ -256,11 +259,15 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="step_speed_") as tmp:
         folder = Path(tmp)
         info = prepare_model(args, folder / "model")
-        results = {}
-        for name in names:
-            results[name] = run_worker(args, name, folder)
-            load.append(round(os.getloadavg()[0], 2))
-    info["load_avg_1min_start_then_after_each"] = load
+        results: dict[str, dict] = {}
+        for r in range(args.repeats):
+            for name in (names if r % 2 == 0 else names[::-1]):
+                res = run_worker(args, name, folder)
+                for key, value in res.items():
+                    results.setdefault(name, {}).setdefault(key, []).extend(value)
+                load.append(round(os.getloadavg()[0], 2))
+    info["repeats"] = args.repeats
+    info["load_avg_1min_start_then_after_each_run"] = load
     print(json.dumps(summarise(args, results, info), indent=2))
 
 

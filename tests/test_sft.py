@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.registry import build
-from rlvr.sft import IGNORE, completion_loss, demonstration_batch, warm_start
+from rlvr.sft import IGNORE, completion_loss, demonstration_batch, lr_factor, warm_start
 from rlvr.types import Problem
 
 
@@ -76,3 +76,14 @@ def test_warm_start_rejects_bad_arguments(tok):
     model = build_tiny_model(tok, hidden=16, layers=1, heads=2)
     with pytest.raises(ValueError, match="steps"):
         warm_start(model, tok, build("task", "arithmetic"), steps=0, progress=False)
+
+
+def test_lr_schedules_golden():
+    # warm-up 2 of 6 steps: factors (s+1)/2 for s < 2, then over the 4 remaining steps frac = (s−2)/4
+    assert [lr_factor("constant", 2, 6)(s) for s in range(6)] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert [lr_factor("linear", 2, 6)(s) for s in range(6)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    cos = [lr_factor("cosine", 2, 6)(s) for s in range(6)]
+    assert cos[:3] == [0.5, 1.0, 1.0] and cos[4] == pytest.approx(0.5)  # cos(π/2) midpoint
+    assert lr_factor("linear", 0, 4)(0) == 1.0  # no warm-up: full rate at once
+    with pytest.raises(ValueError, match="schedule"):
+        lr_factor("step", 2, 6)

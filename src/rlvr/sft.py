@@ -9,8 +9,9 @@ steps then held constant; gradients clipped to ``max_grad_norm``.
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,17 +24,19 @@ from rlvr.tasks.base import Task
 from rlvr.types import Problem
 
 IGNORE = -100
+SCHEDULES = ("constant", "linear", "cosine")
 
 
 def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, *, steps: int = 400,
                batch_size: int = 64, lr: float = 3e-3, warmup: int = 30, seed: int = 0,
-               weight_decay: float = 0.0, max_grad_norm: float = 1.0, progress: bool = True) -> dict[str, Any]:
+               weight_decay: float = 0.0, max_grad_norm: float = 1.0, schedule: str = "constant",
+               progress: bool = True) -> dict[str, Any]:
     """Train ``model`` in place; returns ``loss`` (mean of the last 10 steps), ``loss_first``,
     ``loss_last``, ``steps`` and ``seconds``."""
     if steps < 1 or batch_size < 1:
         raise ValueError(f"warm_start: steps and batch_size must be >= 1, got {steps}, {batch_size}")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, warmup)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(schedule, warmup, steps))
     was_training = model.training
     model.train()
     losses: list[float] = []
@@ -56,6 +59,25 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
     tail = losses[-10:]
     return {"loss": sum(tail) / len(tail), "loss_first": losses[0], "loss_last": losses[-1],
             "steps": steps, "seconds": time.perf_counter() - start}
+
+
+def lr_factor(schedule: str, warmup: int, steps: int) -> Callable[[int], float]:
+    """Multiplier of the base rate at step s: linear warm-up over ``warmup`` steps, then constant,
+    linear decay to 0 at ``steps``, or cosine decay to 0."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"warm_start: unknown schedule '{schedule}'; valid: {', '.join(SCHEDULES)}")
+
+    def factor(s: int) -> float:
+        if s < warmup:
+            return (s + 1) / warmup
+        frac = (s - warmup) / max(1, steps - warmup)  # 0 → 1 over the post-warm-up steps
+        if schedule == "linear":
+            return max(0.0, 1.0 - frac)
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac)))
+        return 1.0
+
+    return factor
 
 
 def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem]) -> dict[str, Tensor]:

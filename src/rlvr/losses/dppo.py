@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from dataclasses import dataclass
 
 import torch
@@ -40,11 +42,12 @@ class DPPOKLConfig(DPPOConfig):
     eps: float = param(1e-8, "added inside log((1 - p_old + eps) / (1 - p + eps)) of the binary KL (verl 1e-8)")
 
 
-class _DPPO(PolicyLoss):
+class _DPPO(PolicyLoss, ABC):
     """Shared body: the surrogate times a detached validity mask; subclasses define the mask."""
 
+    @abstractmethod
     def _valid(self, prob: Tensor, old_prob: Tensor, inputs: LossInputs) -> Tensor:
-        raise NotImplementedError
+        """(N, T) bool: tokens still inside the trust region (dppo_tv / dppo_kl define it)."""
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
         cfg, mask, adv = self.config, inputs.mask, inputs.advantages

@@ -3,9 +3,10 @@
 Two engines share one contract (:class:`Generation`):
 
 * ``"loop"`` (default): a short hand-written decode loop over the model's own forward with a
-  ``DynamicCache``. On a CPU with a tiny model, per-step overhead dominates, and this loop skips
-  ``generate``'s logits processors, stopping criteria and output bookkeeping (measured ~2× faster
-  on 64 prompts × ~40 tokens; see the module's README numbers in the report).
+  ``DynamicCache``. It skips ``generate``'s logits processors and stopping criteria, and drops
+  finished rows from the batch and cache. Measured on 2 CPU threads, 0.54 M model, 64 prompts:
+  ~120 ms vs ~150 ms for ``generate`` (trained model, mean length 33) and ~120 vs ~130 ms (40
+  tokens, no early eos). Linear layers dominate the rest.
 * ``"hf"``: ``model.generate(use_cache=True, output_logits=True)``, for models whose forward the
   loop does not suit.
 

@@ -41,6 +41,8 @@ class Arithmetic(Task):
     """
 
     Config = ArithmeticConfig
+    needs_timeout = False  # bounded string and integer checks
+    has_step_oracle = True
     max_new_tokens = 64
 
     def sample(self, rng: random.Random) -> Problem:

@@ -37,7 +37,9 @@ class Task(Plugin, ABC):
 
     Config: ClassVar[type] = TaskConfig
     max_new_tokens: ClassVar[int] = 64  # a generation budget that fits every demonstration
-    needs_timeout: ClassVar[bool] = False  # True when ``verify`` may be slow or hang (symbolic checks)
+    # A time limit guards ``verify`` unless a task declares its checks bounded (the synthetic ones do).
+    needs_timeout: ClassVar[bool] = True
+    has_step_oracle: ClassVar[bool] = False  # True when ``check_steps`` can judge reasoning steps
 
     @property
     def name(self) -> str:
@@ -82,7 +84,12 @@ class Task(Plugin, ABC):
 
     def check_steps(self, problem: Problem, completion: str) -> int | None:
         """Index of the first wrong reasoning step, None when every step is right."""
-        raise NotImplementedError(f"task '{self.name}' has no per-step checker")
+        raise StepOracleError(f"task '{self.name}' has no per-step checker (has_step_oracle=False); "
+                              f"methods that need a first-mistake oracle cannot use it")
+
+
+class StepOracleError(ValueError):
+    """The task cannot judge individual reasoning steps."""
 
 
 def prompt_hash(prompt: str) -> int:

@@ -47,6 +47,8 @@ class Countdown(Task):
     """
 
     Config = CountdownConfig
+    needs_timeout = False  # bounded string and integer checks
+    has_step_oracle = True
     max_new_tokens = 64
 
     def sample(self, rng: random.Random) -> Problem:
