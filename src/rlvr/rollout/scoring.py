@@ -12,9 +12,10 @@ from rlvr.ops import entropy_from_logits, logprobs_from_logits
 
 def sequence_logprobs(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                       completion_mask: Tensor, temperature: float = 1.0,
-                      with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                      with_entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
     """``log softmax(z / temperature)[y]`` for every completion token, (N, T) float32, keeping the
-    autograd graph; and the entropy (N, T) of the same distribution when asked.
+    autograd graph; and the entropy (N, T) of the same distribution when asked (differentiable only
+    with ``entropy_grad``, for an entropy bonus: its softmax graph costs memory).
 
     Positions count real tokens only, ``(mask.cumsum(-1) − 1).clamp(min=0)``, as at generation time,
     so left-padded prompts score as they were sampled. Only the last T+1 positions go through the
@@ -27,4 +28,6 @@ def sequence_logprobs(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: T
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=t + 1).logits
     logits = logits[:, :-1].float() / temperature  # (N, T, V): position P-1+t predicts token t
     logprobs = logprobs_from_logits(logits, completion_ids)
-    return logprobs, entropy_from_logits(logits) if with_entropy else None
+    if not with_entropy:
+        return logprobs, None
+    return logprobs, entropy_from_logits(logits if entropy_grad else logits.detach())

@@ -23,11 +23,11 @@ from tqdm.auto import tqdm
 
 from rlvr.batching import micro_batches
 from rlvr.losses.objective import NonFiniteLossError
+from rlvr.rollout import sequence_logprobs
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, to_dict
-from rlvr.train.forward import sequence_logprobs
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.types import AdvantageInputs, LossInputs, Rollouts
 
