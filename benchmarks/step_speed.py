@@ -227,6 +227,8 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
         out["rlvr"]["split"] = rlvr_split(results["rlvr"])
     if len(results) == 2:
         out["ratio_rlvr_over_trl"] = round(out["rlvr"]["s_per_step"] / out["trl"]["s_per_step"], 3)
+        # Fastest steps are the least disturbed by other load: a cross-check of the median ratio.
+        out["ratio_of_fastest_steps"] = round(out["rlvr"]["s_per_step_min"] / out["trl"]["s_per_step_min"], 3)
     return out
 
 

@@ -30,9 +30,15 @@ SCHEDULES = ("constant", "linear", "cosine")
 def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, *, steps: int = 400,
                batch_size: int = 64, lr: float = 3e-3, warmup: int = 30, seed: int = 0,
                weight_decay: float = 0.0, max_grad_norm: float = 1.0, schedule: str = "constant",
-               progress: bool = True) -> dict[str, Any]:
+               progress: bool = True, stop_when: Callable[[int], bool] | None = None, min_steps: int = 0,
+               check_every: int = 50) -> dict[str, Any]:
     """Train ``model`` in place; returns ``loss`` (mean of the last 10 steps), ``loss_first``,
-    ``loss_last``, ``steps`` and ``seconds``."""
+    ``loss_last``, ``steps`` (taken) and ``seconds``.
+
+    With ``stop_when``, ``steps`` is a maximum: after ``min_steps``, every ``check_every`` steps
+    ``stop_when(steps_done)`` is asked (e.g. "has validation accuracy reached a target?") and
+    training stops when it says True.
+    """
     if steps < 1 or batch_size < 1:
         raise ValueError(f"warm_start: steps and batch_size must be >= 1, got {steps}, {batch_size}")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -54,11 +60,18 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
             losses.append(float(loss.detach()))
             if step % 10 == 0:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            done = step + 1
+            if stop_when is not None and done >= min_steps and done % check_every == 0 and done < steps:
+                model.eval()
+                stop = stop_when(done)
+                model.train()
+                if stop:
+                    break
     finally:
         model.train(was_training)
     tail = losses[-10:]
     return {"loss": sum(tail) / len(tail), "loss_first": losses[0], "loss_last": losses[-1],
-            "steps": steps, "seconds": time.perf_counter() - start}
+            "steps": len(losses), "seconds": time.perf_counter() - start}
 
 
 def lr_factor(schedule: str, warmup: int, steps: int) -> Callable[[int], float]:

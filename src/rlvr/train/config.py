@@ -47,7 +47,12 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    steps: int = param(400, "supervised steps on task demonstrations before RL (0 = none)")
+    steps: int = param(400, "supervised steps on task demonstrations before RL (0 = none); the "
+                            "minimum when target_accuracy is set")
+    target_accuracy: float = param(0.0, "keep training past `steps` until greedy accuracy on validation "
+                                        "problems (train split) reaches this (0 = off)")
+    max_steps: int = param(1000, "upper bound on supervised steps when target_accuracy is set")
+    check_every: int = param(50, "steps between validation checks when target_accuracy is set")
     batch_size: int = param(64, "demonstrations per supervised step")
     lr: float = param(3e-3, "supervised AdamW learning rate")
     warmup: int = param(30, "supervised linear warm-up steps")
