@@ -14,9 +14,12 @@ from rlvr.train.config import load_config
 from rlvr.train.run import train_run
 from rlvr.train.trainer import write_summary
 
-# The quickstart's own choices on top of the library defaults (which are the testbed's).
+# The quickstart's own choices on top of the library defaults (which are the testbed's). The warm
+# start runs at least 400 steps and goes on (up to 1000) until 20 % validation accuracy, so every
+# seed starts RL with some reward signal and most of the room left to learn.
 QUICKSTART = {
-    "run": {"steps": 300, "eval_every": 50, "eval_problems": 200, "save_every": 100, "threads": 2},
+    "warm_start": {"steps": 400, "target_accuracy": 0.2, "max_steps": 1000},
+    "run": {"steps": 600, "eval_every": 50, "eval_problems": 200, "save_every": 200, "threads": 2},
 }
 
 

@@ -51,7 +51,7 @@ def test_every_preset_runs_and_changes_weights(tmp_path, preset):
 
 def test_resume_is_exact(tmp_path, monkeypatch):
     overrides = ["run.steps=4", "run.save_every=2", "optim.schedule=cosine", "optim.ppo_epochs=2",
-                 "optim.micro_batch_size=8"]
+                 "optim.micro_batch_size=8", "algorithm.kl_coef=0.1", "algorithm.entropy_coef=0.01"]
     full = Trainer(tiny_config(tmp_path / "full", overrides))
     full.train()
     expected = _params(full.policy)
@@ -75,6 +75,10 @@ def test_resume_is_exact(tmp_path, monkeypatch):
     got = _params(resumed.policy)
     for key in expected:
         assert torch.equal(expected[key], got[key]), key
+
+    rows = read_metrics(tmp_path / "full")
+    assert rows[-1]["loss/kl"] > 0  # the policy drifts from the frozen reference
+    assert (tmp_path / "crash" / "reference" / "model.safetensors").exists()
 
     def strip(rows):
         return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]

@@ -108,7 +108,8 @@ class _Sampler:
         if not self.do_sample:
             token = logp.argmax(-1)
         else:
-            probs = _filter(logp, self.top_k, self.top_p).softmax(-1)
+            unfiltered = self.top_k <= 0 and self.top_p >= 1.0
+            probs = logp.exp() if unfiltered else _filter(logp, self.top_k, self.top_p).softmax(-1)
             token = torch.multinomial(probs, 1, generator=self.gen).squeeze(-1)
         return token, logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
 
