@@ -81,9 +81,22 @@ def test_resume_is_exact(tmp_path, monkeypatch):
     assert (tmp_path / "crash" / "reference" / "model.safetensors").exists()
 
     def strip(rows):
-        return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in rows]
+        return [{k: v for k, v in r.items() if not k.startswith(("timing/", "time/"))} for r in rows]
 
     assert strip(read_metrics(tmp_path / "crash")) == strip(read_metrics(tmp_path / "full"))
+
+
+def test_rollout_budget_stops_the_run(tmp_path):
+    # 4 prompts x 4 completions = 16 rollouts a step: a budget of 40 ends the run after step 3 (48 spent).
+    trainer = Trainer(tiny_config(tmp_path, ["run.steps=100", "run.max_rollouts=40"]))
+    result = trainer.train()
+    assert result["stopped_by"] == "rollouts" and result["steps"] == 3 and result["rollouts"] == 48
+    assert [r["rollout/spent"] for r in read_metrics(tmp_path)] == [16, 32, 48]
+
+
+def test_time_budget_stops_the_run(tmp_path):
+    result = Trainer(tiny_config(tmp_path, ["run.steps=100000", "run.max_seconds=1.0"])).train()
+    assert result["stopped_by"] == "seconds" and 1 <= result["steps"] < 100000 and result["seconds"] >= 1.0
 
 
 def test_checkpoint_is_safetensors_and_json(tmp_path):

@@ -107,7 +107,10 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    steps: int = param(200, "RL optimizer steps")
+    steps: int = param(200, "RL optimizer steps (the budget, unless a rollout or time budget ends the run first)")
+    max_rollouts: int = param(0, "stop once this many completions were sampled (all ranks, refills "
+                                 "included); 0 = no limit")
+    max_seconds: float = param(0.0, "stop once RL training has run this long (wall-clock); 0 = no limit")
     seed: int = param(0, "one seed drives data order, sampling and initialisation")
     out_dir: str = param("runs/train", "run folder")
     eval_every: int = param(50, "held-out evaluation period in steps (0 = only at the end)")

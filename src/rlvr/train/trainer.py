@@ -57,6 +57,8 @@ class Trainer:
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer)
         self.step = 0
+        self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
+        self.seconds_spent = 0.0  # RL wall-clock so far, across resumes (the time budget)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -67,9 +69,9 @@ class Trainer:
         elif self.acc.is_main_process:
             self._write_run_files()
         logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step)
-        start = time.perf_counter()
         bar = tqdm(total=self.cfg.run.steps, initial=self.step, desc="rl", disable=not self.acc.is_main_process)
-        while self.step < self.cfg.run.steps:
+        while (reason := self._budget_reason()) is None:
+            start = time.perf_counter()
             try:
                 metrics, batch = self.train_step()
             except NonFiniteLossError as err:
@@ -78,6 +80,9 @@ class Trainer:
                 raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
                                          f"checkpoint: {last or 'none'}") from err
             self.step += 1
+            self.rollouts_spent += round(metrics["rollout/sampled_rows"] * self.acc.num_processes)
+            self.seconds_spent += time.perf_counter() - start
+            metrics.update({"rollout/spent": self.rollouts_spent, "time/elapsed": self.seconds_spent})
             if eval_fn is not None and self.cfg.run.eval_every and self.step % self.cfg.run.eval_every == 0:
                 metrics.update(eval_fn(self.policy, self.step))
             logger.log(self.step, metrics)
@@ -89,7 +94,22 @@ class Trainer:
         bar.close()
         self.save()
         logger.close()
-        return {"steps": self.step, "seconds": time.perf_counter() - start}
+        return {"steps": self.step, "rollouts": self.rollouts_spent, "seconds": self.seconds_spent,
+                "stopped_by": reason}
+
+    def _budget_reason(self) -> str | None:
+        """Which budget ended the run (steps, rollouts or seconds), or None to go on."""
+        run = self.cfg.run
+        elapsed = self.seconds_spent
+        if self.acc.num_processes > 1 and run.max_seconds:  # every rank must stop at the same step
+            elapsed = self.acc.reduce(torch.tensor(elapsed, dtype=torch.float64), reduction="max").item()
+        if self.step >= run.steps:
+            return "steps"
+        if run.max_rollouts and self.rollouts_spent >= run.max_rollouts:
+            return "rollouts"
+        if run.max_seconds and elapsed >= run.max_seconds:
+            return "seconds"
+        return None
 
     def train_step(self) -> tuple[dict[str, float], Rollouts]:
         """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""
@@ -210,7 +230,8 @@ class Trainer:
     def save(self) -> None:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
-            state = {"scheduler": self.scheduler.state_dict()}  # plain numbers (lr_lambdas: [None])
+            state = {"scheduler": self.scheduler.state_dict(),  # plain numbers (lr_lambdas: [None])
+                     "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent}
             save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state)
         self.acc.wait_for_everyone()
 
@@ -221,6 +242,8 @@ class Trainer:
         state = load_checkpoint(path, self.policy, self.optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
+        self.rollouts_spent = int(state.get("rollouts_spent", 0))
+        self.seconds_spent = float(state.get("seconds_spent", 0.0))
         if self.ref_model is not None:
             load_weights(self.run_dir / "reference", self.ref_model)
 
