@@ -36,6 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=48)
 
+    p = sub.add_parser("compare", help="methods x seeds under one equal budget: results.md, results.json, plots")
+    p.add_argument("config", help="comparison YAML (e.g. configs/compare/baselines.yaml)")
+    p.add_argument("--jobs", type=int, default=None, help="runs at once (default: the file's `jobs`, else 1)")
+    p.add_argument("--only", nargs="+", default=None, metavar="METHOD[:SEED]", help="(re-)run only these runs")
+    p.add_argument("--out", default=None, help="output folder (default: the file's out_dir)")
+
+    p = sub.add_parser("plot", help="PNG plots of single runs from their metrics.jsonl")
+    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("--out", default=None, help="folder for the PNGs (default: each run folder)")
+
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", choices=KINDS, default=None)
@@ -43,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, KeyError, FileNotFoundError) as err:  # config and input errors: one clear line
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as err:  # input errors: one clear line
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return 2
 
@@ -117,11 +127,30 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rlvr.compare import load_compare, run_comparison
+    cfg = load_compare(args.config, out_dir=args.out)
+    results = run_comparison(cfg, jobs=args.jobs, only=args.only)
+    failed = [f"{r['method']}:{r['seed']}" for r in results["runs"] if r["status"] != "done"]
+    print(f"results: {cfg.out_dir / 'results.md'}")
+    if failed:
+        print(f"runs not finished: {', '.join(failed)} (re-run them alone with --only)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from rlvr.plots import plot_runs
+    for path in plot_runs(args.run_dirs, args.out):
+        print(path)
+    return 0
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=2, default=str))
 
 
-_COMMANDS = {"list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart}
+_COMMANDS = {"compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart}
 
 if __name__ == "__main__":
     sys.exit(main())

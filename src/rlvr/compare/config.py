@@ -1,0 +1,128 @@
+"""What a comparison is: a base setup, methods (presets + overrides), seeds and one equal budget.
+
+```yaml
+out_dir: runs/compare/baselines
+base: {task: {name: arithmetic}, run: {eval_every: 50}}   # any `rlvr train` config tree
+methods:
+  grpo: {preset: grpo}
+  dapo: {preset: dapo, overrides: ["algorithm.loss.eps_high=0.3"]}
+seeds: [0, 1, 2]
+budget: {steps: 300}          # or {rollouts: 19200} or {seconds: 120}
+shared_warm_start: true       # one warm start per seed, the same starting model for every method
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.presets import resolve_config
+from rlvr.train.config import Config, ConfigError, load_config, merge, parse_override, read_yaml
+
+BUDGET_KINDS = ("steps", "rollouts", "seconds")
+_UNLIMITED_STEPS = 10**9
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    preset: str | None = None  # a preset name or YAML path
+    overrides: tuple[str, ...] = ()  # key.sub=value, applied after the preset
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    out_dir: Path
+    base: dict
+    methods: tuple[Method, ...]
+    seeds: tuple[int, ...]
+    budget: dict  # exactly one of BUDGET_KINDS → value
+    shared_warm_start: bool = True
+    jobs: int = 1
+    source: dict = field(default_factory=dict)  # the file as read, for the record
+
+    def budget_text(self) -> str:
+        kind, value = next(iter(self.budget.items()))
+        unit = {"steps": "optimizer steps", "rollouts": "sampled completions", "seconds": "seconds of RL wall-clock"}
+        return f"{value:g} {unit[kind]} per run, equal for every run"
+
+    def run_tree(self, method: Method, seed: int) -> dict:
+        """The full config tree of one run: base ← preset ← overrides ← seed, folder and budget."""
+        tree = dict(self.base)
+        preset = resolve_config(method.preset) if method.preset else None
+        if preset:
+            tree = merge(tree, read_yaml(Path(preset)))
+        for item in method.overrides:
+            tree = merge(tree, parse_override(item))
+        kind, value = next(iter(self.budget.items()))
+        run = {"seed": seed, "out_dir": str(self.out_dir / "runs" / method.name / f"seed{seed}")}
+        if kind == "steps":
+            run["steps"] = int(value)
+        else:
+            run.update({"steps": _UNLIMITED_STEPS, "max_rollouts" if kind == "rollouts" else "max_seconds": value})
+        return merge(tree, {"run": run})
+
+    def run_config(self, method: Method, seed: int) -> Config:
+        return load_config(None, base=self.run_tree(method, seed))
+
+
+def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
+    """Read and check a comparison file; every run's config is validated before anything runs."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"comparison file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    known = {"out_dir", "base", "base_config", "methods", "seeds", "budget", "shared_warm_start", "jobs", "paper"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; valid: {sorted(known)}")
+    base = data.get("base") or {}
+    if data.get("base_config"):
+        base = merge(read_yaml((path.parent / data["base_config"]).resolve()), base)
+    cfg = CompareConfig(out_dir=Path(out_dir or data.get("out_dir") or f"runs/compare/{path.stem}"),
+                        base=base, methods=_methods(data.get("methods"), path), seeds=_seeds(data.get("seeds"), path),
+                        budget=_budget(data.get("budget"), path),
+                        shared_warm_start=bool(data.get("shared_warm_start", True)),
+                        jobs=int(data.get("jobs", 1)), source=data)
+    from rlvr.train.build import build_pipeline
+    for method in cfg.methods:  # fail fast: unknown keys, plug-in names or parameters name the method
+        try:
+            build_pipeline(cfg.run_config(method, cfg.seeds[0]))
+        except (ConfigError, FileNotFoundError) as err:
+            raise ConfigError(f"{path}: method '{method.name}': {err}") from err
+    return cfg
+
+
+def _methods(raw: Any, path: Path) -> tuple[Method, ...]:
+    if not raw or not isinstance(raw, dict):
+        raise ConfigError(f"{path}: 'methods' must map method names to {{preset, overrides}}")
+    out = []
+    for name, spec in raw.items():
+        spec = spec or {}
+        extra = sorted(set(spec) - {"preset", "overrides"})
+        if extra:
+            raise ConfigError(f"{path}: method '{name}': unknown key(s) {extra}; valid: ['overrides', 'preset']")
+        overrides = spec.get("overrides") or []
+        if isinstance(overrides, dict):  # a mapping of dotted keys is accepted too
+            overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in overrides.items()]
+        out.append(Method(str(name), spec.get("preset"), tuple(str(o) for o in overrides)))
+    return tuple(out)
+
+
+def _seeds(raw: Any, path: Path) -> tuple[int, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(s, int) for s in raw):
+        raise ConfigError(f"{path}: 'seeds' must be a non-empty list of integers, got {raw!r}")
+    return tuple(raw)
+
+
+def _budget(raw: Any, path: Path) -> dict:
+    if not isinstance(raw, dict) or len(raw) != 1 or next(iter(raw)) not in BUDGET_KINDS:
+        raise ConfigError(f"{path}: 'budget' must be exactly one of {list(BUDGET_KINDS)} with a value, got {raw!r}")
+    kind, value = next(iter(raw.items()))
+    if not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{path}: budget {kind} must be a positive number, got {value!r}")
+    return {kind: value}

@@ -1,0 +1,270 @@
+"""Comparison report: per-run numbers, across-seed means with 95 % intervals, a Markdown table, PNGs.
+
+Inputs are the run folders written by the trainer (``summary.json``, ``metrics.jsonl``); nothing is
+recomputed from the models. Outputs in the comparison folder: ``results.json``, ``results.md``,
+``curves_steps.png``, ``curves_rollouts.png``, ``pass_at_k.png`` and ``entropy.png``.
+
+Conventions:
+- "final" reward / entropy / response length = mean of that metric over the last 10 % of logged
+  steps (at least one step), which damps the step-to-step noise of a single batch.
+- Cells are mean ± t_{0.975, n−1}·s/√n over the finished seeds (``stats.mean_ci``, s with ddof = 1);
+  n counts finished runs only; failed and missing runs are listed, never averaged in as zeros.
+- Bold marks the best mean of a column when at least two methods have a value and no other method
+  ties it: higher is better for accuracy, gain, pass@k, maj@k and reward; lower for rollouts and
+  seconds (cost). Entropy and response length have no better direction and are never marked.
+  Bold is a ranking of means, not a significance claim: read the intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rlvr.compare.plots import write_figures
+from rlvr.compare.stats import mean_ci
+from rlvr.train.logging import read_metrics
+
+FINAL_FRACTION = 0.1
+HIGHER = ("accuracy_after", "accuracy_gain", "final_reward")  # + pass@K, maj@K (added per report)
+LOWER = ("rollouts", "seconds")
+
+
+def final_mean(rows: list[dict[str, Any]], key: str, fraction: float = FINAL_FRACTION) -> float | None:
+    """Mean of ``key`` over the last ``fraction`` of the rows that log it (at least one row)."""
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    if not values:
+        return None
+    n = max(1, math.ceil(fraction * len(values)))
+    return sum(values[-n:]) / n
+
+
+def run_record(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The per-run record for results.json and the run's metric rows (empty unless finished).
+
+    A run reported "done" whose summary.json is absent becomes "missing" (its numbers are unknown).
+    """
+    run_dir = Path(run["run_dir"])
+    rec: dict[str, Any] = {"method": run["method"], "seed": run["seed"], "status": run["status"],
+                           "run_dir": str(run_dir)}
+    rec.update({k: v for k, v in run.items() if k not in rec and k != "error"})  # e.g. the runner's "reused"
+    if run.get("error"):
+        rec["error"] = str(run["error"])
+    summary_path = run_dir / "summary.json"
+    if rec["status"] == "done" and not summary_path.exists():
+        rec.update(status="missing", error=rec.get("error") or f"no summary.json in {run_dir}")
+    if rec["status"] != "done":
+        return rec, []
+    try:
+        summary, rows = json.loads(summary_path.read_text()), read_metrics(run_dir)
+    except (OSError, ValueError) as err:  # a damaged file fails this run, not the whole report
+        rec.update(status="failed", error=f"unreadable run files in {run_dir}: {err}")
+        return rec, []
+    after, before = summary.get("eval_after") or {}, summary.get("eval_before") or {}
+    acc_before, acc_after = summary.get("accuracy_before"), summary.get("accuracy_after")
+    rec.update({
+        "accuracy_before": acc_before,
+        "accuracy_after": acc_after,
+        "accuracy_gain": None if acc_before is None or acc_after is None else acc_after - acc_before,
+        "pass_at_k": _prefixed(after, "pass@"), "pass_at_k_before": _prefixed(before, "pass@"),
+        "maj_at_k": _prefixed(after, "maj@"), "maj_at_k_before": _prefixed(before, "maj@"),
+        "final_reward": final_mean(rows, "reward/mean"),
+        "final_entropy": final_mean(rows, "rollout/entropy"),
+        "final_response_length": final_mean(rows, "rollout/response_length"),
+        "rollouts": summary.get("rollouts"), "seconds": summary.get("seconds"),
+        "steps": summary.get("steps"), "stopped_by": summary.get("stopped_by"),
+    })
+    return rec, rows
+
+
+def _prefixed(d: dict[str, Any], prefix: str) -> dict[str, float]:
+    keys = sorted((k for k in d if k.startswith(prefix)), key=lambda k: int(k.split("@")[1]))
+    return {k: d[k] for k in keys}
+
+
+def flat_metrics(rec: dict[str, Any]) -> dict[str, Any]:
+    """One number per metric name: the scalar fields plus every ``pass@j`` and ``maj@k``."""
+    out = {k: rec.get(k) for k in ("accuracy_before", "accuracy_after", "accuracy_gain", "final_reward",
+                                   "final_entropy", "final_response_length", "rollouts", "seconds", "steps")}
+    out.update(rec.get("pass_at_k") or {})
+    out.update(rec.get("maj_at_k") or {})
+    return out
+
+
+def aggregate(records: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, dict]]:
+    """Per method and metric, ``mean_ci`` over that method's finished runs."""
+    out: dict[str, dict[str, dict]] = {}
+    for method in methods:
+        flats = [flat_metrics(r) for r in records if r["method"] == method and r["status"] == "done"]
+        names = sorted({k for f in flats for k in f}, key=_metric_order)
+        out[method] = {name: mean_ci([f.get(name) for f in flats]) for name in names}
+    return out
+
+
+def _metric_order(name: str) -> tuple[int, int, str]:
+    if "@" in name:
+        return (1, int(name.split("@")[1]), name)
+    return (0, 0, name)
+
+
+def largest_k(records: list[dict[str, Any]]) -> int | None:
+    """The largest k with pass@k reported by every finished run (None when there is none)."""
+    sets = [{int(k.split("@")[1]) for k in r.get("pass_at_k") or {}} for r in records if r["status"] == "done"]
+    common = set.intersection(*sets) if sets else set()
+    return max(common) if common else None
+
+
+def best_methods(methods_stats: dict[str, dict[str, dict]], metrics: list[str]) -> dict[str, str]:
+    """Per rankable metric, the method with the best mean (unique, among at least two methods)."""
+    best: dict[str, str] = {}
+    for metric in metrics:
+        lower = metric in LOWER
+        means = {m: s[metric]["mean"] for m, s in methods_stats.items()
+                 if metric in s and s[metric]["mean"] is not None}
+        if len(means) < 2:
+            continue
+        top = min(means.values()) if lower else max(means.values())
+        winners = [m for m, v in means.items() if math.isclose(v, top, rel_tol=1e-12, abs_tol=1e-12)]
+        if len(winners) == 1:
+            best[metric] = winners[0]
+    return best
+
+
+def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[str, Any],
+                 smooth: int = 20) -> dict[str, Any]:
+    """Write results.json, results.md and the four PNGs into ``out_dir``; return the results dict.
+
+    ``runs``: one dict per (method, seed) with ``method``, ``seed``, ``run_dir``, ``status``
+    ("done" | "failed" | "missing") and optionally ``error``. ``budget``: what every run was given
+    (see ``describe_budget``); it is copied into results.json as is.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pairs = [run_record(run) for run in runs]
+    records = [rec for rec, _ in pairs]
+    methods = list(dict.fromkeys(r["method"] for r in records))  # the runner's order
+    stats = aggregate(records, methods)
+    k = largest_k(records)
+    k_metrics = [f"pass@{k}", f"maj@{k}"] if k else []
+    results = {"budget": budget, "runs": records, "methods": stats,
+               "best": best_methods(stats, [*HIGHER, *k_metrics, *LOWER]), "largest_k": k}
+    _write_text(out / "results.json", json.dumps(results, indent=2))
+    finished = {m: [(rec, rows) for rec, rows in pairs if rec["method"] == m and rec["status"] == "done"]
+                for m in methods}
+    figures = write_figures(out, {m: items for m, items in finished.items() if items}, smooth=smooth)
+    _write_text(out / "results.md", render_markdown(results, [p.name for p in figures]))
+    return results
+
+
+# --- Markdown ---------------------------------------------------------------------------------
+
+BUDGET_PHRASES = {
+    "steps": "{} optimizer steps per run",
+    "rollouts": "{} sampled completions (rollouts) per run",
+    "seconds": "{} seconds of RL wall-clock per run",
+}
+BUDGET_ALIASES = {"max_rollouts": "rollouts", "max_seconds": "seconds", "max_steps": "steps"}
+
+
+def describe_budget(budget: dict[str, Any]) -> str:
+    """One line naming the budget every run was given.
+
+    A ``"text"`` entry (the runner's own sentence) is used as given. Otherwise accepts
+    ``{"kind": "steps" | "rollouts" | "seconds", "value": N}`` or the limits themselves,
+    ``{"steps": N, "rollouts"/"max_rollouts": N, "seconds"/"max_seconds": N}`` (zero or None = no limit;
+    several limits: a run stops at whichever it reaches first).
+    """
+    if budget.get("text"):
+        return f"Budget: {str(budget['text']).rstrip('.')}."
+    limits: dict[str, Any] = {}
+    if "kind" in budget:
+        limits[BUDGET_ALIASES.get(budget["kind"], budget["kind"])] = budget.get("value")
+    for key, value in budget.items():
+        name = BUDGET_ALIASES.get(key, key)
+        if name in BUDGET_PHRASES and value and name not in limits:
+            limits[name] = value
+    parts = [BUDGET_PHRASES[k].format(_number(v)) if k in BUDGET_PHRASES else f"{k} = {v}"
+             for k, v in limits.items()]
+    if not parts:
+        return "Budget: not recorded."
+    joined = parts[0] if len(parts) == 1 else "; ".join(parts) + " (a run stops at the first it reaches)"
+    return f"Budget: {joined}, equal for every run."
+
+
+def _number(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+# (metric, column header, decimals)
+COLUMNS_HEAD = [("accuracy_after", "greedy acc. after", 3), ("accuracy_gain", "gain over before", 3)]
+COLUMNS_TAIL = [("final_reward", "reward (final)", 3), ("final_entropy", "entropy (final)", 3),
+                ("final_response_length", "response length (final)", 1), ("rollouts", "rollouts spent", 0),
+                ("seconds", "seconds", 1)]
+
+
+def format_cell(stat: dict[str, Any] | None, digits: int) -> str:
+    """``mean ± ci (n=…)``; ``mean (n=1)`` for a single run; an em dash for none."""
+    if not stat or stat.get("mean") is None:
+        return "—"
+    text = f"{stat['mean']:.{digits}f}"
+    if stat.get("ci") is not None:
+        text += f" ± {stat['ci']:.{digits}f}"
+    return f"{text} (n={stat['n']})"
+
+
+def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
+    """results.md: budget and seeds, the method table, failed/missing runs, the figures."""
+    k = results.get("largest_k")
+    columns = COLUMNS_HEAD + ([(f"pass@{k}", f"pass@{k}", 3), (f"maj@{k}", f"maj@{k}", 3)] if k else [])
+    columns += COLUMNS_TAIL
+    lines = ["# Comparison results", "", describe_budget(results["budget"]), *_seed_lines(results["runs"]), "",
+             "Cells: mean ± 95 % confidence half-width (Student t with n − 1 degrees of freedom, sample "
+             "standard deviation with ddof = 1) over the finished seeds; n = finished runs. Final reward, "
+             "entropy and response length: mean over the last 10 % of logged steps. **Bold**: the best mean "
+             "in a column (higher is better, except rollouts and seconds where lower is; entropy and "
+             "response length are not ranked; ties mark nothing) — a ranking of means, not a significance test.",
+             "", "| method | " + " | ".join(c[1] for c in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for method, stats in results["methods"].items():
+        cells = []
+        for metric, _, digits in columns:
+            cell = format_cell(stats.get(metric), digits)
+            cells.append(f"**{cell}**" if results["best"].get(metric) == method else cell)
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines += _failure_lines(results["runs"])
+    lines += ["", "## Figures", ""] + [f"![{name}]({name})" for name in figures]
+    return "\n".join(lines) + "\n"
+
+
+def _seed_lines(records: list[dict[str, Any]]) -> list[str]:
+    seeds = sorted({r["seed"] for r in records}, key=str)
+    done = sum(r["status"] == "done" for r in records)
+    lines = [f"Seeds: {', '.join(map(str, seeds))}; {len(records)} runs, {done} finished, "
+             f"{len(records) - done} failed or missing."]
+    stops: dict[str, int] = {}
+    for r in records:
+        if r["status"] == "done":
+            stops[str(r.get("stopped_by"))] = stops.get(str(r.get("stopped_by")), 0) + 1
+    if stops:
+        counts = [f"{k} ({v} run{'' if v == 1 else 's'})" for k, v in sorted(stops.items())]
+        lines.append("Stopped by: " + ", ".join(counts) + ".")
+    return lines
+
+
+def _failure_lines(records: list[dict[str, Any]]) -> list[str]:
+    bad = [r for r in records if r["status"] != "done"]
+    if not bad:
+        return []
+    lines = ["", "## Failed or missing runs", ""]
+    for r in bad:
+        error = " ".join(str(r.get("error") or "no error recorded").split())
+        error = error if len(error) <= 400 else error[:400] + " …"
+        lines.append(f"- {r['method']} seed {r['seed']}: {r['status']} — {error}")
+    return lines
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
