@@ -31,6 +31,8 @@ def test_train_then_resume_then_eval(tmp_path, capsys):
                  "--max-new-tokens", "8"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["num_problems"] == 4 and "maj@2" in result
+    assert main(["plot", str(out), "--out", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_sft_saves_a_loadable_model(tmp_path):
