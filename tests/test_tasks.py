@@ -44,7 +44,7 @@ def test_arithmetic_problems_are_well_formed_and_gold_scores_one():
         assert 2 <= len(a) <= 4
         assert (2 <= len(b) <= 4) if op == "+" else (len(b) == 1 and 2 <= int(b) <= 9)
         assert int(p.answer) == (int(a) + int(b) if op == "+" else int(a) * int(b))
-        assert task.verify(p, task.demonstration(p)) == Score(1.0, p.answer)
+        assert task.verify(p, task.demonstration(p)) == Score(1.0, p.answer, {"objectives": {"format": 1.0}})
         assert task.check_steps(p, task.demonstration(p)) is None
 
 
@@ -52,8 +52,8 @@ def test_arithmetic_verify_reads_number_after_last_marker():
     task = build("task", "arithmetic")
     p = arith_problem([347, 285], ["+"])
     assert task.verify(p, "#1;#632").value == 1.0  # the last marker counts
-    assert task.verify(p, "7+5=12;#631") == Score(0.0, "631")
-    assert task.verify(p, "632") == Score(0.0, None)  # no marker, no answer
+    assert task.verify(p, "7+5=12;#631") == Score(0.0, "631", {"objectives": {"format": 1.0}})
+    assert task.verify(p, "632") == Score(0.0, None, {"objectives": {"format": 0.0}})  # no marker, no answer
     assert task.verify(p, "# 632<eos-ish>").value == 1.0
     assert answer_after_marker("#x") is None
 

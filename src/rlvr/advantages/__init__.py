@@ -6,5 +6,8 @@ from rlvr.advantages import rloo  # noqa: F401  (registers rloo)
 from rlvr.advantages import gae  # noqa: F401  (registers gae)
 from rlvr.advantages import reinforce_pp  # noqa: F401  (registers reinforce_pp, reinforce_pp_baseline)
 from rlvr.advantages import gdpo  # noqa: F401  (registers gdpo)
+from rlvr.advantages import sa_mrpo  # noqa: F401  (registers sa_mrpo)
+from rlvr.advantages import mmpo  # noqa: F401  (registers mmpo)
+from rlvr.advantages import fade  # noqa: F401  (registers fade)
 
 __all__ = ["AdvantageEstimator", "AdvantageOutput", "outcome_token_rewards", "sequence_scores"]

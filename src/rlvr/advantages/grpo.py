@@ -23,10 +23,14 @@ class GRPOConfig:
     eps: float = param(1e-6, "added to the std before dividing (verl 1e-6, TRL 1e-4)")
     singleton: str = param("raw", "a group of one row: 'raw' uses mean 0, std 1 (verl: A = score), "
                                   "'zero' gives A = 0")
+    std_power: float = param(1.0, "the std dial beta: divide by (std + eps)**beta; 1 = GRPO, 0 = Dr. GRPO "
+                                  "(METHODS §2.30); ignored when scale='none'")
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
             raise ValueError(f"grpo: scale must be one of {SCALES}, got '{self.scale}'")
+        if self.std_power < 0:
+            raise ValueError(f"grpo: std_power must be >= 0, got {self.std_power}")
         if self.singleton not in ("raw", "zero"):
             raise ValueError(f"grpo: singleton must be 'raw' or 'zero', got '{self.singleton}'")
 
@@ -38,12 +42,15 @@ class GRPO(AdvantageEstimator):
     Paper: Shao et al., "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
     Language Models" (arXiv:2402.03300); verl ``compute_grpo_outcome_advantage``.
 
-    Equation: ``A_i = (s_i − mean_g(s)) / (std_g(s) + eps)`` for every trained token of row i,
-    with ``s_i`` the row's outcome score and g its group (``group_ids``, not assumed contiguous).
+    Equation: ``A_i = (s_i − mean_g(s)) / (std_g(s) + eps)^β`` for every trained token of row i,
+    with ``s_i`` the row's outcome score and g its group (``group_ids``, not assumed contiguous);
+    ``β = std_power`` is the std dial of Bay & Yearick (arXiv:2607.00152, METHODS §2.30): 1 = GRPO,
+    0 = Dr. GRPO; for binary rewards the update is σ^(2−β)(ḡ⁺ − ḡ⁻) (``rlvr.analysis.std_dial``).
 
     Differs from REINFORCE with a baseline:
       * the baseline is the mean over the G completions of the same prompt;
-      * the advantage is scaled by the group (or batch) std, unless ``scale='none'``.
+      * the advantage is scaled by the group (or batch) std, unless ``scale='none'``;
+      * ``std_power`` β ∈ [0, 1] interpolates the scaling between GRPO (1) and none (0).
 
     Shapes: rewards (N, K) or token_rewards (N, T), group_ids (N,) → advantages (N, T).
     """
@@ -60,9 +67,9 @@ class GRPO(AdvantageEstimator):
         centred = scores - mean  # (N,)
         if cfg.scale == "group":
             std = torch.where(single, torch.ones_like(stats.std), stats.std)
-            adv = centred / (std + cfg.eps)
+            adv = centred / (std + cfg.eps) ** cfg.std_power  # x**1.0 == x exactly: β=1 is plain GRPO
         elif cfg.scale == "batch":
-            adv = centred / (_batch_std(scores, cfg.ddof) + cfg.eps)
+            adv = centred / (_batch_std(scores, cfg.ddof) + cfg.eps) ** cfg.std_power
         else:
             adv = centred
         if cfg.singleton == "zero":

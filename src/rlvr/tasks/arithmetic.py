@@ -65,7 +65,10 @@ class Arithmetic(Task):
 
     def verify(self, problem: Problem, completion: str) -> Score:
         parsed = answer_after_marker(completion)
-        return Score(1.0 if parsed is not None and parsed == problem.answer else 0.0, parsed)
+        # A second, metric-or-train objective for multi-reward methods: a parsable "#answer".
+        objectives = {"format": 1.0 if parsed is not None else 0.0}
+        return Score(1.0 if parsed is not None and parsed == problem.answer else 0.0, parsed,
+                     {"objectives": objectives})
 
     def demonstration(self, problem: Problem) -> str:
         if problem.solution:

@@ -44,6 +44,7 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
         "objective": build_objective(cfg),
         "shapers": [build_plugin("shaper", s) for s in algo.shapers],
         "filters": [build_plugin("filter", f) for f in algo.filters],
+        "weightings": [build_plugin("weighting", w) for w in algo.weightings],
     }
 
 

@@ -83,8 +83,11 @@ class Collector:
 
     def _verify(self, batch: Rollouts) -> None:
         scores = verify_all(self.task, batch.problems, batch.texts, self.cfg.verify_timeout_s)
-        batch.rewards = torch.tensor([[s.value] for s in scores], dtype=torch.float32)  # (N, 1)
-        batch.reward_names = ["correct"]
+        # Objective 0 is the verdict; tasks may add named objectives (format, partial credit, ...).
+        names = list(dict.fromkeys(k for s in scores for k in s.meta.get("objectives", {})))
+        rows = [[s.value] + [float(s.meta.get("objectives", {}).get(k, 0.0)) for k in names] for s in scores]
+        batch.rewards = torch.tensor(rows, dtype=torch.float32)  # (N, K)
+        batch.reward_names = ["correct", *names]
         batch.meta["verifier_errors"] = {i: str(s.meta["error"]) for i, s in enumerate(scores) if s.meta.get("error")}
         batch.meta["parsed"] = [s.parsed for s in scores]
 
@@ -92,7 +95,8 @@ class Collector:
 def _reward_stats(batch: Rollouts) -> dict[str, float]:
     r = batch.rewards[:, 0]
     lengths = batch.attention.sum(-1).float()
-    return {"reward/mean": r.mean().item(), "reward/std": r.std().item() if r.numel() > 1 else 0.0,
+    extra = {f"reward/{name}": batch.rewards[:, k].mean().item() for k, name in enumerate(batch.reward_names) if k}
+    return {**extra, "reward/mean": r.mean().item(), "reward/std": r.std().item() if r.numel() > 1 else 0.0,
             "reward/verifier_errors": float(len(batch.meta.get("verifier_errors", []))),
             "rollout/response_length": lengths.mean().item(),
             "rollout/truncated_frac": (lengths >= batch.completion_ids.shape[1]).float().mean().item()}

@@ -88,6 +88,9 @@ class AlgorithmConfig:
     aggregation: Aggregation = param(Aggregation(), "how the per-token loss becomes a scalar")
     shapers: list = param([], "reward shapers, applied in order (list of {name, params})")
     filters: list = param([], "batch filters, applied in order (list of {name, params})")
+    weightings: list = param([], "token weightings (reweight stage), applied in order (list of {name, params})")
+    reward_weights: list = param([], "weights of the reward objectives [correct, *task objectives]; "
+                                     "empty = the first objective alone")
     kl_coef: float = param(0.0, "KL penalty coefficient in the loss (needs a reference model)")
     kl_estimator: str = param("k3", "k1 | k2 | k3 | abs")
     entropy_coef: float = param(0.0, "entropy bonus coefficient")

@@ -27,9 +27,10 @@ from rlvr.rollout import sequence_logprobs
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
-from rlvr.train.config import Config, to_dict
+from rlvr.train.config import Config, ConfigError, to_dict
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.types import AdvantageInputs, LossInputs, Rollouts
+from rlvr.weighting import WeightingInputs
 
 
 class Trainer:
@@ -124,6 +125,7 @@ class Trainer:
                 batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
         model.train()
         metrics.update(self.update(batch))
+        metrics.update(batch.meta.get("weighting_metrics", {}))
         with self.timer("observe"):
             self.parts["selector"].observe({"problems": batch.problems, "rewards": batch.rewards})
         metrics.update(self.timer.pop())
@@ -156,8 +158,14 @@ class Trainer:
     # --- phases -----------------------------------------------------------------------------
 
     def _advantages(self, batch: Rollouts, metrics: dict[str, float]) -> None:
+        weights = self.cfg.algorithm.reward_weights
+        if weights and len(weights) != batch.rewards.shape[1]:
+            raise ConfigError(f"algorithm.reward_weights has {len(weights)} entries but the task gives "
+                              f"{batch.rewards.shape[1]} objectives {batch.reward_names}")
         inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
-                                 token_rewards=batch.token_rewards, values=batch.values)
+                                 token_rewards=batch.token_rewards, values=batch.values,
+                                 logprobs=batch.rollout_logprobs,
+                                 reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None)
         result = self.parts["advantage"](inputs)
         batch.advantages = result.advantages
         adv = result.advantages[batch.completion_mask]
@@ -171,7 +179,8 @@ class Trainer:
         if fill_old:
             batch.old_logprobs[rows] = logp.detach()
         old = batch.old_logprobs[rows]
-        inputs = LossInputs(logprobs=logp, old_logprobs=old, advantages=batch.advantages[rows],
+        advantages = self._reweight(batch, rows, logp, ent)
+        inputs = LossInputs(logprobs=logp, old_logprobs=old, advantages=advantages,
                             mask=batch.completion_mask[rows], entropy=ent,
                             ref_logprobs=None if batch.ref_logprobs is None else batch.ref_logprobs[rows],
                             rollout_logprobs=None if batch.rollout_logprobs is None else batch.rollout_logprobs[rows])
@@ -187,6 +196,29 @@ class Trainer:
             out[key] = float(value) if key in _ADDITIVE else float(value) * share
         out["rollout/entropy"] = ent.detach()[inputs.mask].mean().item() * share if ent is not None else 0.0
         return out
+
+    def _reweight(self, batch: Rollouts, rows: torch.Tensor, logp: torch.Tensor,
+                  ent: torch.Tensor | None) -> torch.Tensor:
+        """The reweight stage: token weightings on this micro-batch's advantages (N_mb, T)."""
+        adv = batch.advantages[rows]
+        weightings = self.parts["weightings"]
+        if not weightings:
+            return adv
+        with self.timer("reweight"):
+            answer = None
+            spotter = next((w for w in weightings if w.needs_answer_mask), None)
+            if spotter is not None:  # the answer span as that weighting's config locates it
+                from rlvr.weighting.answer_mask import answer_mask_from_ids
+                answer = answer_mask_from_ids(self.tokenizer, batch.completion_ids[rows], batch.attention[rows],
+                                              marker=spotter.config.marker, span=spotter.config.span)
+            for weighting in weightings:
+                out = weighting(WeightingInputs(advantages=adv, mask=batch.completion_mask[rows],
+                                                logprobs=logp.detach(), answer_mask=answer,
+                                                entropy=None if ent is None else ent.detach()))
+                adv = out.advantages
+                batch.meta.setdefault("weighting_metrics", {}).update(
+                    {f"adv/{k}": float(v) for k, v in out.metrics.items()})
+        return adv
 
     def _optimizer_step(self) -> dict[str, float]:
         clip = self.cfg.optim.grad_clip

@@ -1,0 +1,19 @@
+"""Analysis tools: closed forms that explain what a knob does to the gradient (no training).
+
+* ``std_dial``: GRPO / Dr. GRPO / DAPO as one dial on the group reward std (METHODS.md §2.30).
+* ``length_bias``: per-trajectory gradient weight against length for the L^(α−1) family (§2.18).
+"""
+
+from rlvr.analysis.length_bias import (
+    MODE_ALPHA, LengthBiasReport, length_bias_report, lengths_to_mask, per_token_weight, trajectory_weight,
+)
+from rlvr.analysis.std_dial import (
+    batch_coefficients, binary_std, coefficient_table, dapo_coefficient, dial_coefficient, dr_grpo_coefficient,
+    group_policy_gradient, grpo_coefficient, outcome_mean_gradients,
+)
+
+__all__ = [
+    "MODE_ALPHA", "LengthBiasReport", "batch_coefficients", "binary_std", "coefficient_table", "dapo_coefficient",
+    "dial_coefficient", "dr_grpo_coefficient", "group_policy_gradient", "grpo_coefficient", "length_bias_report",
+    "lengths_to_mask", "outcome_mean_gradients", "per_token_weight", "trajectory_weight",
+]
