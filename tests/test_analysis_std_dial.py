@@ -83,8 +83,9 @@ def test_outcome_mean_gradients_golden():
 # --- the grpo estimator's std_power knob --------------------------------------------------------
 
 def _grpo_adv(rewards: list[float], **params) -> torch.Tensor:
-    inp = AdvantageInputs(rewards=torch.tensor(rewards).unsqueeze(1), mask=torch.ones(len(rewards), 1, dtype=torch.bool),
-                          group_ids=torch.zeros(len(rewards), dtype=torch.long))
+    n = len(rewards)
+    inp = AdvantageInputs(rewards=torch.tensor(rewards).unsqueeze(1), mask=torch.ones(n, 1, dtype=torch.bool),
+                          group_ids=torch.zeros(n, dtype=torch.long))
     return build("advantage", "grpo", **params)(inp).advantages[:, 0]
 
 
@@ -164,7 +165,7 @@ def _assert_vectors_close(actual: torch.Tensor, expected: torch.Tensor, rtol: fl
 @pytest.mark.parametrize("k", [1, 3, 4])
 def test_identity_against_autograd(tiny, k):
     # On-policy ρ = 1, so −∇loss = (1/G) Σ_i A_i Σ_t ∇log π_it = (1/G) Σ_i A_i ∇log π(o_i)
-    # = coefficient · (ḡ⁺ − ḡ⁻) with σ (GRPO, ddof=0), σ² (Dr. GRPO), σ·sqrt(7/8) (ddof=1), σ^1.5 (β=½).
+    # = coefficient · (ḡ⁺ − ḡ⁻): σ (GRPO, ddof=0), σ² (Dr. GRPO), σ·sqrt(7/8) (ddof=1), σ^1.5 (β=½).
     rewards = torch.tensor([1.0] * k + [0.0] * (G - k))[torch.tensor([3, 0, 6, 1, 7, 2, 5, 4])]
     g_plus, g_minus = outcome_mean_gradients(tiny["per_seq"], rewards)
     diff = g_plus - g_minus  # (P,)

@@ -115,6 +115,9 @@ class AdvantageInputs:
     reward_weights: Tensor | None = None  # (K,) weights of the objectives (default: first objective only)
     logprobs: Tensor | None = None  # (N, T) current/behaviour log-probs, for estimators that need them
     entropy: Tensor | None = None  # (N, T)
+    plan_ids: Tensor | None = None  # (N,) long: executor sub-group (the plan a row executes) nested in group_ids
+    role_mask: Tensor | None = None  # (N, T) bool: True on planner tokens, False on executor tokens
+    first_mistake: Tensor | None = None  # (N,) long: token index m_i of the first wrong step; -1 = no mistake found
 
     def __post_init__(self) -> None:
         n, t = check_mask(self.mask, "mask")
@@ -127,6 +130,17 @@ class AdvantageInputs:
                 check_finite(value, name)
         if self.reward_weights is not None:
             check_shape(self.reward_weights, (self.rewards.shape[1],), "reward_weights")
+        if self.first_mistake is not None:
+            check_first_mistake(self.first_mistake, n, t)
+        if self.plan_ids is not None:
+            check_shape(self.plan_ids, (n,), "plan_ids")
+            if self.plan_ids.is_floating_point() or self.plan_ids.dtype == torch.bool:
+                raise BatchError(f"plan_ids must be an integer tensor, got dtype {self.plan_ids.dtype}")
+        if self.role_mask is not None:
+            check_shape(self.role_mask, (n, t), "role_mask")
+            if self.role_mask.dtype != torch.bool:
+                raise BatchError(f"role_mask must be a bool tensor (True = planner token), got dtype "
+                                 f"{self.role_mask.dtype}")
 
     def scalar_rewards(self) -> Tensor:
         """(N,) the weighted sum of objectives; objective 0 alone when no weights are given."""
@@ -187,6 +201,17 @@ def check_finite(x: Tensor, name: str) -> None:
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x)).nonzero()[:3].tolist()
         raise BatchError(f"{name} holds NaN or infinite values (first at indices {bad})")
+
+
+def check_first_mistake(first_mistake: Tensor, n: int, t: int) -> None:
+    """(N,) integer token indices in [-1, T): -1 = no mistake found."""
+    check_shape(first_mistake, (n,), "first_mistake")
+    if first_mistake.dtype.is_floating_point or first_mistake.dtype == torch.bool:
+        raise BatchError(f"first_mistake must be an integer (long) tensor, got dtype {first_mistake.dtype}")
+    bad = ((first_mistake < -1) | (first_mistake >= t)).nonzero().flatten()[:3].tolist()
+    if bad:
+        raise BatchError(f"first_mistake must hold token indices in [-1, T={t}) (-1 = no mistake); "
+                         f"rows {bad} are out of range")
 
 
 def check_rewards(rewards: Tensor, n: int) -> None:

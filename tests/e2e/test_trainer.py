@@ -49,9 +49,11 @@ def test_every_preset_runs_and_changes_weights(tmp_path, preset):
     assert (tmp_path / "config.yaml").exists() and latest_checkpoint(tmp_path) is not None
 
 
-def test_resume_is_exact(tmp_path, monkeypatch):
+@pytest.mark.parametrize("advantage", ["grpo", "fade"])  # fade keeps state across steps (entropy target)
+def test_resume_is_exact(tmp_path, monkeypatch, advantage):
     overrides = ["run.steps=4", "run.save_every=2", "optim.schedule=cosine", "optim.ppo_epochs=2",
-                 "optim.micro_batch_size=8", "algorithm.kl_coef=0.1", "algorithm.entropy_coef=0.01"]
+                 "optim.micro_batch_size=8", "algorithm.kl_coef=0.1", "algorithm.entropy_coef=0.01",
+                 f"algorithm.advantage.name={advantage}"]
     full = Trainer(tiny_config(tmp_path / "full", overrides))
     full.train()
     expected = _params(full.policy)

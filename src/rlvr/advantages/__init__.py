@@ -9,5 +9,7 @@ from rlvr.advantages import gdpo  # noqa: F401  (registers gdpo)
 from rlvr.advantages import sa_mrpo  # noqa: F401  (registers sa_mrpo)
 from rlvr.advantages import mmpo  # noqa: F401  (registers mmpo)
 from rlvr.advantages import fade  # noqa: F401  (registers fade)
+from rlvr.advantages import d_grpo  # noqa: F401  (registers d_grpo)
+from rlvr.advantages import cliff  # noqa: F401  (registers cliff)
 
 __all__ = ["AdvantageEstimator", "AdvantageOutput", "outcome_token_rewards", "sequence_scores"]

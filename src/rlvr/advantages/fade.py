@@ -40,8 +40,10 @@ class FADEConfig:
 
 @register("advantage", "fade")
 class FADE(AdvantageEstimator):
-    """Focal advantage with dynamic entropy: Dr. GRPO advantages reweighted by prompt difficulty and
-    by sign, on a schedule read from the batch entropy (explore ↔ exploit).
+    """Focal advantage with dynamic entropy: difficulty and sign weights scheduled by the entropy.
+
+    Dr. GRPO advantages reweighted by prompt difficulty and by sign, on a schedule read from the
+    batch entropy (explore ↔ exploit).
 
     Paper: FADE, Focal Advantage with Dynamic Entropy (seed abstract, METHODS §2.29; arXiv id
     unknown). A RECONSTRUCTION throughout: the entropy → η map, the entropy target, the focal

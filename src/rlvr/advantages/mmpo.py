@@ -38,8 +38,10 @@ class MMPOConfig:
 
 @register("advantage", "mmpo")
 class MMPO(AdvantageEstimator):
-    """Multi-moment policy optimization: Dr. GRPO advantages scaled per prompt by the gradient
-    weight of the expected truncated time to first success, which up-weights hard prompts.
+    """Multi-moment policy optimization: Dr. GRPO advantages up-weighted on hard prompts.
+
+    Each prompt's centred rewards are scaled by the gradient weight of the expected time to first
+    success truncated at K.
 
     Paper: MMPO, multi-moment policy optimization (seed abstract, METHODS §2.15; arXiv id unknown).
     Objective ``J = E_x Σ_{m=1}^{K−1} c_m f_x^m`` with ``f_x = 1 − p_x`` (for c_m = 1 it is

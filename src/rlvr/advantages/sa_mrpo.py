@@ -16,7 +16,8 @@ from rlvr.types import AdvantageInputs, BatchError
 
 @dataclass(frozen=True)
 class SAMRPOConfig:
-    saturation_gamma: float = param(1.0, "γ of the discount (1 − s_k)^γ (RECONSTRUCTION; 0 = plain GDPO weights)")
+    saturation_gamma: float = param(1.0, "γ of the discount (1 − s_k)^γ (RECONSTRUCTION); "
+                                         "0 = plain GDPO weights")
     base_weights: list = param([], "w⁰_k per objective (RECONSTRUCTION); empty = AdvantageInputs.reward_weights "
                                    "when given, else uniform")
     reward_bounds: list = param([], "[[lo, hi], ...] per objective, for saturation (mean − lo)/(hi − lo) of "
@@ -43,8 +44,10 @@ class SAMRPOConfig:
 
 @register("advantage", "sa_mrpo")
 class SAMRPO(AdvantageEstimator):
-    """Saturation-aware multi-reward advantage: GDPO per-objective normalisation, with each
-    objective's weight discounted by how saturated it already is over the batch.
+    """Saturation-aware multi-reward advantage: GDPO with weights discounted by batch saturation.
+
+    Each objective is standardised within its group (GDPO), and its weight shrinks with how
+    saturated it already is over the batch.
 
     Paper: SA-MRPO, saturation-aware multi-reward advantage reweighting (seed abstract, METHODS §2.9;
     arXiv id unknown); baseline GDPO (arXiv:2601.05242). A RECONSTRUCTION from the abstract: the

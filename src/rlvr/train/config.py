@@ -91,6 +91,8 @@ class AlgorithmConfig:
     weightings: list = param([], "token weightings (reweight stage), applied in order (list of {name, params})")
     reward_weights: list = param([], "weights of the reward objectives [correct, *task objectives]; "
                                      "empty = the first objective alone")
+    teacher: PluginSpec = param(PluginSpec("oracle"), "first-mistake teacher for estimators that need one "
+                                                      "(cliff): 'oracle' (the task's step checker) or 'llm'")
     kl_coef: float = param(0.0, "KL penalty coefficient in the loss (needs a reference model)")
     kl_estimator: str = param("k3", "k1 | k2 | k3 | abs")
     entropy_coef: float = param(0.0, "entropy bonus coefficient")

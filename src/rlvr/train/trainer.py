@@ -263,7 +263,8 @@ class Trainer:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             state = {"scheduler": self.scheduler.state_dict(),  # plain numbers (lr_lambdas: [None])
-                     "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent}
+                     "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
+                     "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
             save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state)
         self.acc.wait_for_everyone()
 
@@ -276,8 +277,18 @@ class Trainer:
         self.step = int(state["step"])
         self.rollouts_spent = int(state.get("rollouts_spent", 0))
         self.seconds_spent = float(state.get("seconds_spent", 0.0))
+        for key, plugin in self._stateful_plugins().items():  # e.g. FADE's entropy target
+            if key in state.get("plugins", {}):
+                plugin.load_state_dict(state["plugins"][key])
         if self.ref_model is not None:
             load_weights(self.run_dir / "reference", self.ref_model)
+
+    def _stateful_plugins(self) -> dict[str, Any]:
+        """Plug-ins that keep state across steps (they define state_dict / load_state_dict)."""
+        named = {"advantage": self.parts["advantage"], "selector": self.parts["selector"]}
+        for kind in ("shapers", "filters", "weightings"):
+            named.update({f"{kind}.{i}": p for i, p in enumerate(self.parts[kind])})
+        return {k: p for k, p in named.items() if hasattr(p, "state_dict") and hasattr(p, "load_state_dict")}
 
     def _write_run_files(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
