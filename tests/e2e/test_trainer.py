@@ -32,16 +32,29 @@ def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+# Each method's own diagnostics, which must reach metrics.jsonl when its preset trains.
+METHOD_METRICS = {
+    "fade": ["adv/pos_mass", "adv/neg_mass"],
+    "mmpo": ["adv/moment_weight_mean"],
+    "sa_mrpo": ["adv/saturation_0", "adv/weight_0"],
+    "taco": ["adv/taco_weight_mean", "adv/taco_reweighted_frac"],
+    "answer_mask": ["adv/answer_token_frac", "adv/answer_zeroed_frac"],
+    "dapo": ["rollout/kept_groups", "rollout/rounds"],
+    "gspo": ["loss/clipfrac"],
+}
+
+
 @pytest.mark.parametrize("preset", sorted(p.stem for p in PRESETS.glob("*.yaml")))
 def test_every_preset_runs_and_changes_weights(tmp_path, preset):
-    cfg = tiny_config(tmp_path, ["run.steps=2"], path=str(PRESETS / f"{preset}.yaml"))
+    cfg = tiny_config(tmp_path, ["run.steps=3"], path=str(PRESETS / f"{preset}.yaml"))
     trainer = Trainer(cfg)
     before = _params(trainer.policy)
     trainer.train()
     rows = read_metrics(tmp_path)
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(torch.isfinite(torch.tensor(r["loss/total"])) for r in rows)
-    for key in ("reward/mean", "adv/abs_mean", "timing/rollout", "timing/backward", "rollout/response_length"):
+    for key in ("reward/mean", "adv/abs_mean", "timing/rollout", "timing/backward", "rollout/response_length",
+                *METHOD_METRICS.get(preset, [])):
         assert key in rows[-1], key
     after = _params(trainer.policy)
     if any(r["adv/abs_mean"] > 0 for r in rows):  # with any signal the weights must move

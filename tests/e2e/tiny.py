@@ -26,6 +26,8 @@ class ToyDigit(Task):
     """
 
     Config = DigitConfig
+    needs_timeout = False
+    has_step_oracle = True  # one "step": the completion contains the digit or it does not
 
     def sample(self, rng: random.Random) -> Problem:
         return Problem(prompt=f"{rng.randint(0, 10**6)}:", answer=self.config.digit)

@@ -40,8 +40,15 @@ from rlvr.types import BatchError, Problem
 STAT_KEYS = ("calls", "mistake", "no_mistake", "unparsable", "timeout", "error")
 
 
+@dataclass(frozen=True)
+class TeacherConfig:
+    step_separator: str = param(";", "the task's step separator (the testbed's tasks use ';')")
+
+
 class Teacher(Plugin, ABC):
     """Finds the first wrong step of a completion. ``stats`` counts the verdicts (and fallbacks)."""
+
+    Config: ClassVar[type] = TeacherConfig
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
@@ -68,17 +75,10 @@ class Teacher(Plugin, ABC):
 
 # --- the exact oracle --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class OracleTeacherConfig:
-    step_separator: str = param(";", "the task's step separator (the testbed's tasks use ';')")
-
-
 class OracleTeacher(Teacher):
     """The task's own step checker (``task.check_steps``): an exact first-mistake oracle."""
 
-    Config = OracleTeacherConfig
-
-    def __init__(self, task: Any, config: OracleTeacherConfig | None = None) -> None:
+    def __init__(self, task: Any, config: TeacherConfig | None = None) -> None:
         super().__init__(config)
         if not getattr(task, "has_step_oracle", False):
             name = getattr(task, "name", type(task).__name__)

@@ -37,10 +37,20 @@ def build_objective(cfg: Config) -> Objective:
 def build_pipeline(cfg: Config) -> dict[str, Any]:
     """Every plug-in of the run, built now so a bad name or key fails before any work is done."""
     algo = cfg.algorithm
+    task = build_task(cfg)
+    advantage = build_plugin("advantage", algo.advantage)
+    teacher = None
+    if getattr(advantage, "needs_first_mistake", False):  # e.g. cliff: a first-mistake teacher
+        from rlvr.rewards.teacher import build_teacher
+        try:
+            teacher = build_teacher(algo.teacher.name, algo.teacher.params, task=task)
+        except (RegistryError, TypeError, ValueError) as err:
+            raise ConfigError(f"algorithm.teacher: {err}") from err
     return {
-        "task": build_task(cfg),
+        "task": task,
+        "teacher": teacher,
         "selector": build_plugin("selector", PluginSpec("uniform")),
-        "advantage": build_plugin("advantage", algo.advantage),
+        "advantage": advantage,
         "objective": build_objective(cfg),
         "shapers": [build_plugin("shaper", s) for s in algo.shapers],
         "filters": [build_plugin("filter", f) for f in algo.filters],

@@ -164,7 +164,7 @@ class Trainer:
                               f"{batch.rewards.shape[1]} objectives {batch.reward_names}")
         inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
                                  token_rewards=batch.token_rewards, values=batch.values,
-                                 logprobs=batch.rollout_logprobs,
+                                 logprobs=batch.rollout_logprobs, first_mistake=self._first_mistakes(batch),
                                  reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None)
         result = self.parts["advantage"](inputs)
         batch.advantages = result.advantages
@@ -172,6 +172,16 @@ class Trainer:
         metrics["adv/mean"] = adv.mean().item() if adv.numel() else 0.0
         metrics["adv/abs_mean"] = adv.abs().mean().item() if adv.numel() else 0.0
         metrics.update({f"adv/{k}": float(v) for k, v in result.metrics.items()})
+
+    def _first_mistakes(self, batch: Rollouts) -> torch.Tensor | None:
+        """(N,) token index of each row's first wrong step, from the teacher (only when one is needed)."""
+        teacher = self.parts["teacher"]
+        if teacher is None:
+            return None
+        from rlvr.rewards.teacher import first_mistake_tokens
+        with self.timer("teacher"):
+            return first_mistake_tokens(teacher, batch.problems, batch.texts, self.tokenizer,
+                                        batch.completion_ids, batch.attention)
 
     def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict) -> dict[str, float]:
         with self.timer("forward"):
