@@ -41,6 +41,8 @@ METHOD_METRICS = {
     "answer_mask": ["adv/answer_token_frac", "adv/answer_zeroed_frac"],
     "dapo": ["rollout/kept_groups", "rollout/rounds"],
     "gspo": ["loss/clipfrac"],
+    "cliff": ["adv/mistake_frac", "adv/mistake_pos_frac", "timing/teacher"],
+    "d_grpo": ["adv/planner_adv_abs_mean", "adv/num_plans"],
 }
 
 
