@@ -43,6 +43,8 @@ METHOD_METRICS = {
     "gspo": ["loss/clipfrac"],
     "cliff": ["adv/mistake_frac", "adv/mistake_pos_frac", "timing/teacher"],
     "d_grpo": ["adv/planner_adv_abs_mean", "adv/num_plans"],
+    "up": ["loss/pos_unclipped_frac", "loss/pos_frac"],
+    "ripo": ["loss/fr_dist_mean", "loss/clipfrac"],
 }
 
 
