@@ -79,8 +79,9 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
 def _load_model(path: Path, model: torch.nn.Module) -> None:
     weights = load_file(str(path / "model.safetensors"))
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    shared = {k for k, v in model.state_dict().items()
-              if any(v.data_ptr() == w.data_ptr() for k2, w in model.state_dict().items() if k2 in weights)}
+    state = model.state_dict()
+    loaded_ptrs = {state[k].data_ptr() for k in weights if k in state}
+    shared = {k for k, v in state.items() if v.data_ptr() in loaded_ptrs}  # tied to a loaded tensor
     if unexpected or set(missing) - shared:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -281,4 +281,4 @@ def replace(cfg: Config, **sections: dict) -> Config:
     return from_dict(Config, merge(to_dict(cfg), sections))
 
 
-__all__ = ["Config", "ConfigError", "PluginSpec", "load_config", "parse_override", "to_dict", "replace", "field"]
+__all__ = ["Config", "ConfigError", "PluginSpec", "load_config", "parse_override", "to_dict", "replace"]

@@ -60,7 +60,7 @@ def evaluate_policy(model: torch.nn.Module, tokenizer: Any, task: Any, problems:
 def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Callable[[torch.nn.Module, int], dict]:
     """A cheap periodic evaluation for learning curves: greedy held-out accuracy only."""
     def fn(model: torch.nn.Module, step: int) -> dict[str, float]:
-        result = evaluate_policy(model, tokenizer, task, problems, cfg, k=1)
+        result = evaluate_policy(model, tokenizer, task, problems, cfg, k=0)
         return {"eval/accuracy": result["greedy_accuracy"]}
     return fn
 
@@ -75,8 +75,9 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     task = trainer.parts["task"]
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)
-    before = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k) \
-        if not resume else None
+    before = None
+    if not resume and trainer.acc.is_main_process:
+        before = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
     result = trainer.train(resume=resume, eval_fn=eval_fn)
     summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir),
                                "processes": trainer.acc.num_processes}

@@ -84,7 +84,8 @@ class Trainer:
             self.rollouts_spent += round(metrics["rollout/sampled_rows"] * self.acc.num_processes)
             self.seconds_spent += time.perf_counter() - start
             metrics.update({"rollout/spent": self.rollouts_spent, "time/elapsed": self.seconds_spent})
-            if eval_fn is not None and self.cfg.run.eval_every and self.step % self.cfg.run.eval_every == 0:
+            if (eval_fn is not None and self.acc.is_main_process and self.cfg.run.eval_every
+                    and self.step % self.cfg.run.eval_every == 0):
                 metrics.update(eval_fn(self.policy, self.step))
             logger.log(self.step, metrics)
             logger.samples(self.step, _samples(batch, self.cfg.run.log_samples))
@@ -215,20 +216,27 @@ class Trainer:
         if not weightings:
             return adv
         with self.timer("reweight"):
-            answer = None
-            spotter = next((w for w in weightings if w.needs_answer_mask), None)
-            if spotter is not None:  # the answer span as that weighting's config locates it
-                from rlvr.weighting.answer_mask import answer_mask_from_ids
-                answer = answer_mask_from_ids(self.tokenizer, batch.completion_ids[rows], batch.attention[rows],
-                                              marker=spotter.config.marker, span=spotter.config.span)
+            answer = self._answer_mask(batch)
             for weighting in weightings:
                 out = weighting(WeightingInputs(advantages=adv, mask=batch.completion_mask[rows],
-                                                logprobs=logp.detach(), answer_mask=answer,
+                                                logprobs=logp.detach(),
+                                                answer_mask=None if answer is None else answer[rows],
                                                 entropy=None if ent is None else ent.detach()))
                 adv = out.advantages
                 batch.meta.setdefault("weighting_metrics", {}).update(
                     {f"adv/{k}": float(v) for k, v in out.metrics.items()})
         return adv
+
+    def _answer_mask(self, batch: Rollouts) -> torch.Tensor | None:
+        """(N, T) answer-span tokens, located once per batch for the weighting that asks for them."""
+        spotter = next((w for w in self.parts["weightings"] if w.needs_answer_mask), None)
+        if spotter is None:
+            return None
+        if "answer_mask" not in batch.meta:  # micro-batches and PPO epochs share one batch
+            from rlvr.weighting.answer_mask import answer_mask_from_ids
+            batch.meta["answer_mask"] = answer_mask_from_ids(self.tokenizer, batch.completion_ids, batch.attention,
+                                                             marker=spotter.config.marker, span=spotter.config.span)
+        return batch.meta["answer_mask"]
 
     def _optimizer_step(self) -> dict[str, float]:
         clip = self.cfg.optim.grad_clip
