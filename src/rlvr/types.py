@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 import torch
@@ -19,6 +20,20 @@ from torch import Tensor
 
 class BatchError(ValueError):
     """A batch (or a plug-in input record) is malformed: wrong shape, dtype or values."""
+
+
+class Origin(IntEnum):
+    """Where a completion token came from (``Rollouts.token_origin``); guided samplers record it and
+    the loss mask follows it."""
+
+    POLICY = 0  # sampled by the policy in the trained context (on-policy)
+    PREFIX = 1  # written by another model (weak-model prefix); never trained
+    HINT = 2  # privileged guidance copied into the completion; never trained
+    REFERENCE = 3  # sampled by the frozen reference policy (ARMOR anchors); off-policy
+    GUIDED = 4  # sampled by the policy under a guided context the trainer does not see (OC-GRPO)
+
+
+OFF_POLICY = (Origin.REFERENCE, Origin.GUIDED)  # trained, but their behaviour policy is not pi_old
 
 
 @dataclass
@@ -57,6 +72,9 @@ class Rollouts:
     ref_logprobs: Tensor | None = None  # (N, T) reference policy log-probs
     logprobs: Tensor | None = None  # (N, T) current policy log-probs
     entropy: Tensor | None = None  # (N, T)
+    token_origin: Tensor | None = None  # (N, T) uint8 ``Origin`` codes; None = every token is POLICY
+    behaviour_logprobs: Tensor | None = None  # (N, T) log-probs under the policy/context that produced
+    # each off-policy token (guided context, reference); filled by guided samplers, 0 elsewhere
     rewards: Tensor | None = None  # (N, K) float
     reward_names: list[str] = field(default_factory=list)  # (K,)
     token_rewards: Tensor | None = None  # (N, T) optional dense rewards
@@ -72,7 +90,7 @@ class Rollouts:
         check_shape(self.completion_ids, (n, t), "completion_ids")
         check_shape(self.group_ids, (n,), "group_ids")
         for name in ("completion_attention", "rollout_logprobs", "old_logprobs", "ref_logprobs", "logprobs",
-                     "entropy", "token_rewards", "values", "advantages"):
+                     "entropy", "token_origin", "behaviour_logprobs", "token_rewards", "values", "advantages"):
             value = getattr(self, name)
             if value is not None:
                 check_shape(value, (n, t), name)
@@ -160,11 +178,13 @@ class LossInputs:
     ref_logprobs: Tensor | None = None  # (N, T)
     rollout_logprobs: Tensor | None = None  # (N, T) sampling engine's log-probs
     entropy: Tensor | None = None  # (N, T)
+    token_origin: Tensor | None = None  # (N, T) ``Origin`` codes; None = all on-policy
+    behaviour_logprobs: Tensor | None = None  # (N, T) behaviour log-probs of off-policy tokens
 
     def __post_init__(self) -> None:
         n, t = check_mask(self.mask, "mask")
         for name in ("logprobs", "old_logprobs", "advantages", "ref_logprobs",
-                     "rollout_logprobs", "entropy"):
+                     "rollout_logprobs", "entropy", "token_origin", "behaviour_logprobs"):
             value = getattr(self, name)
             if value is not None:
                 check_shape(value, (n, t), name)

@@ -30,7 +30,9 @@ class ToyDigit(Task):
     has_step_oracle = True  # one "step": the completion contains the digit or it does not
 
     def sample(self, rng: random.Random) -> Problem:
-        return Problem(prompt=f"{rng.randint(0, 10**6)}:", answer=self.config.digit)
+        # A three-step "solution" so hint samplers (OC-GRPO) have guidance to cut at a step boundary.
+        return Problem(prompt=f"{rng.randint(0, 10**6)}:", answer=self.config.digit,
+                       solution=f"{rng.randint(0, 9)};{rng.randint(0, 9)};{self.config.digit}")
 
     def verify(self, problem: Problem, completion: str) -> Score:
         return Score(float(self.config.digit in completion), parsed=completion[:4])

@@ -8,6 +8,7 @@ diagnostic fractions), so each loss file holds only its own equation.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 from torch import Tensor
 
@@ -18,6 +19,9 @@ from rlvr.types import LossInputs, LossOutput
 
 class PolicyLoss(Plugin, ABC):
     """A per-token surrogate; positions outside the mask may hold anything (aggregation drops them)."""
+
+    # True for losses that read token_origin / behaviour_logprobs and correct off-policy tokens.
+    handles_off_policy: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(self, inputs: LossInputs) -> LossOutput:

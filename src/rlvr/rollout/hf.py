@@ -45,7 +45,6 @@ class Generation:
         return self.completion_mask.sum(-1)
 
 
-@torch.no_grad()  # not inference_mode: the outputs feed autograd graphs later (gather indices)
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], *,
              max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
              do_sample: bool = True, seed: int | None = None, engine: str = "loop") -> Generation:
@@ -54,15 +53,29 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
     ``seed`` makes sampling reproducible without touching the global RNG; ``None`` draws from it.
     ``top_k=0`` and ``top_p=1`` mean no filtering.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"generate: unknown engine '{engine}'; valid: {', '.join(ENGINES)}")
     if not prompts:
         raise ValueError("generate: empty list of prompts")
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
+    return generate_ids(model, tokenizer, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens,
+                        temperature=temperature, top_p=top_p, top_k=top_k, do_sample=do_sample, seed=seed,
+                        engine=engine)
+
+
+@torch.no_grad()  # not inference_mode: the outputs feed autograd graphs later (gather indices)
+def generate_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt_ids: Tensor,
+                 prompt_mask: Tensor, *, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+                 top_k: int = 0, do_sample: bool = True, seed: int | None = None,
+                 engine: str = "loop") -> Generation:
+    """:func:`generate` from left-padded token ids (N, P) and their bool mask: the entry point for
+    samplers that build contexts token by token (a prompt plus a prefix or a hint)."""
+    if engine not in ENGINES:
+        raise ValueError(f"generate: unknown engine '{engine}'; valid: {', '.join(ENGINES)}")
+    if prompt_ids.shape[0] == 0:
+        raise ValueError("generate: empty batch of prompts")
     if do_sample and temperature <= 0:
         raise ValueError(f"generate: temperature must be > 0 when sampling, got {temperature}")
     pad_id, eos_ids = _special_ids(model, tokenizer)
     device = next(model.parameters()).device
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
     prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # (N, P), (N, P)
     temp = temperature if do_sample else 1.0
     sampler = _Sampler(temp, top_p, top_k, do_sample, seed, device)

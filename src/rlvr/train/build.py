@@ -46,12 +46,19 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
             teacher = build_teacher(algo.teacher.name, algo.teacher.params, task=task)
         except (RegistryError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.teacher: {err}") from err
+    sampler = build_plugin("sampler", cfg.rollout.sampler)
+    objective = build_objective(cfg)
+    if sampler.produces_off_policy and not objective.policy_loss.handles_off_policy:
+        raise ConfigError(f"rollout.sampler '{cfg.rollout.sampler.name}' trains tokens from another policy or "
+                          f"context, but algorithm.loss '{cfg.algorithm.loss.name}' would treat them as on-policy; "
+                          f"use an importance-corrected loss (oc_grpo, armor)")
     return {
         "task": task,
         "teacher": teacher,
+        "sampler": sampler,
         "selector": build_plugin("selector", PluginSpec("uniform")),
         "advantage": advantage,
-        "objective": build_objective(cfg),
+        "objective": objective,
         "shapers": [build_plugin("shaper", s) for s in algo.shapers],
         "filters": [build_plugin("filter", f) for f in algo.filters],
         "weightings": [build_plugin("weighting", w) for w in algo.weightings],

@@ -7,8 +7,7 @@ from typing import Any
 import torch
 
 from rlvr.batching import concat_rollouts
-from rlvr.models import format_prompt
-from rlvr.rollout import generate
+from rlvr.rollout.samplers import SampleContext
 from rlvr.tasks import verify_all
 from rlvr.types import BatchError, Problem, Rollouts
 
@@ -22,12 +21,17 @@ class Collector:
     """Produces this rank's verified, shaped and filtered batch for one step."""
 
     def __init__(self, *, task: Any, selector: Any, shapers: list, filters: list, rollout_cfg: Any,
-                 tokenizer: Any, seed: int, rank: int, world_size: int, timer: Any) -> None:
+                 tokenizer: Any, seed: int, rank: int, world_size: int, timer: Any, sampler: Any = None,
+                 reference: torch.nn.Module | None = None) -> None:
         cfg = rollout_cfg
         if cfg.prompts_per_step % world_size:
             raise BatchError(f"rollout.prompts_per_step={cfg.prompts_per_step} is not divisible by "
                              f"the {world_size} data-parallel processes")
         self.task, self.selector, self.shapers, self.filters = task, selector, shapers, filters
+        if sampler is None:
+            from rlvr.registry import build
+            sampler = build("sampler", "plain")
+        self.sampler, self.reference = sampler, reference
         self.cfg, self.tokenizer, self.seed, self.timer = cfg, tokenizer, seed, timer
         self.rank, self.world_size = rank, world_size
         self.local_prompts = cfg.prompts_per_step // world_size
@@ -40,6 +44,7 @@ class Collector:
             stats["rollout/sampled_rows"] += raw.num_rows
             if round_ == 0:
                 stats.update(_reward_stats(raw))
+                stats.update(raw.meta.get("sampler_metrics", {}))
             if batch.num_rows:
                 parts.append(batch)
                 kept += int(torch.unique(batch.group_ids).numel())
@@ -71,15 +76,14 @@ class Collector:
         return batch, raw
 
     def _generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
-        g = self.cfg.group_size
-        rows = [p for p in problems for _ in range(g)]
-        gen = generate(model, self.tokenizer, [format_prompt(self.tokenizer, p.prompt) for p in rows], max_new_tokens=self.cfg.max_new_tokens,
-                       temperature=self.cfg.temperature, top_p=self.cfg.top_p, top_k=self.cfg.top_k,
-                       do_sample=True, seed=seed)
-        group_ids = torch.arange(len(problems)).repeat_interleave(g) + round_ * 100_000 + self.rank * 10_000
-        return Rollouts(problems=rows, prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
-                        completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
-                        group_ids=group_ids, rollout_logprobs=gen.logprobs, texts=list(gen.texts))
+        ctx = SampleContext(tokenizer=self.tokenizer, rollout=self.cfg, seed=seed,
+                            group_offset=round_ * 100_000 + self.rank * 10_000, reference=self.reference,
+                            verify=self._correctness)
+        return self.sampler.sample(model, problems, self.cfg.group_size, ctx)
+
+    def _correctness(self, problems: list[Problem], texts: list[str]) -> list[float]:
+        """The verifier's reward per (problem, completion), for samplers that look before they guide."""
+        return [s.value for s in verify_all(self.task, problems, texts, self.cfg.verify_timeout_s)]
 
     def _verify(self, batch: Rollouts) -> None:
         scores = verify_all(self.task, batch.problems, batch.texts, self.cfg.verify_timeout_s)

@@ -60,6 +60,8 @@ class WarmStartConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
+    sampler: PluginSpec = param(PluginSpec("plain"), "rollout strategy (rlvr list sampler): plain, prefix, "
+                                                     "hint, anchor")
     prompts_per_step: int = param(8, "prompts B per optimizer step (global, across ranks)")
     group_size: int = param(8, "completions G per prompt")
     batch_size: int = param(0, "rows B*G per step, TRL-style; when set, prompts_per_step = batch_size / group_size")
@@ -100,6 +102,9 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
+    name: str = param("adamw", "'adamw' (the gradient trainer) or a registered optimizer plug-in that "
+                               "brings its own training loop (rlvr list optimizer; e.g. es)")
+    params: dict = param({}, "hyperparameters of the optimizer plug-in named by `name`")
     lr: float = param(1e-4, "AdamW learning rate")
     betas: tuple = param((0.9, 0.999), "AdamW betas")
     weight_decay: float = param(0.0, "AdamW weight decay")

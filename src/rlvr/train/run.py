@@ -65,13 +65,25 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
     return fn
 
 
+def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None) -> Any:
+    """The gradient ``Trainer`` for ``optim.name: adamw``; otherwise the registered optimizer plug-in's
+    own trainer (``plugin.trainer(cfg, model=..., tokenizer=...)``), which offers the same surface:
+    ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``."""
+    if cfg.optim.name == "adamw":
+        return Trainer(cfg, model=model, tokenizer=tokenizer)
+    from rlvr.train.build import build_plugin
+    from rlvr.train.config import PluginSpec
+    plugin = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
+    return plugin.trainer(cfg, model=model, tokenizer=tokenizer)
+
+
 def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None = None,
               tokenizer: Any = None) -> dict[str, Any]:
     """Train per ``cfg`` (warm-starting the tiny model first when configured) and write summary.json."""
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
         model, tokenizer, info = warm_start_model(cfg)
-    trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
+    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer)
     task = trainer.parts["task"]
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)

@@ -49,14 +49,16 @@ class Trainer:
         if model is None:
             model, tokenizer = build_model(cfg)
         self.tokenizer = tokenizer
-        self.ref_model = self._frozen_copy(model) if cfg.algorithm.kl_coef > 0 else None
+        needs_ref = cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
+        self.ref_model = self._frozen_copy(model) if needs_ref else None
         optimizer, self.scheduler = build_optimizer(cfg, model)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.timer = PhaseTimer()
         self.collector = Collector(
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed,
-            rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer)
+            rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
+            sampler=self.parts["sampler"], reference=self.ref_model)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
         self.seconds_spent = 0.0  # RL wall-clock so far, across resumes (the time budget)
@@ -121,7 +123,7 @@ class Trainer:
             batch, metrics = self.collector.collect(model, self.step)
         with self.timer("advantage"):
             self._advantages(batch, metrics)
-        if self.ref_model is not None:
+        if self.cfg.algorithm.kl_coef > 0:
             with self.timer("logprobs"), torch.no_grad():
                 batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
         model.train()
@@ -194,7 +196,9 @@ class Trainer:
         inputs = LossInputs(logprobs=logp, old_logprobs=old, advantages=advantages,
                             mask=batch.completion_mask[rows], entropy=ent,
                             ref_logprobs=None if batch.ref_logprobs is None else batch.ref_logprobs[rows],
-                            rollout_logprobs=None if batch.rollout_logprobs is None else batch.rollout_logprobs[rows])
+                            rollout_logprobs=None if batch.rollout_logprobs is None else batch.rollout_logprobs[rows],
+                            token_origin=None if batch.token_origin is None else batch.token_origin[rows],
+                            behaviour_logprobs=None if batch.behaviour_logprobs is None else batch.behaviour_logprobs[rows])
         with self.timer("loss"):
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):

@@ -1,0 +1,9 @@
+"""Rollout strategies (kind ``sampler``); importing this package registers them."""
+
+from rlvr.rollout.samplers.base import SampleContext, Sampler
+from rlvr.rollout.samplers import plain  # noqa: F401  (registers plain)
+from rlvr.rollout.samplers import prefix  # noqa: F401  (registers prefix)
+from rlvr.rollout.samplers import hint  # noqa: F401  (registers hint)
+from rlvr.rollout.samplers import anchor  # noqa: F401  (registers anchor)
+
+__all__ = ["SampleContext", "Sampler"]

@@ -1,0 +1,196 @@
+"""The sampler protocol: problems in, a group of completions per problem out (DESIGN.md §2, rollout).
+
+A sampler may condition generation on a context the trainer never sees (a weak model's prefix, a
+hint, another policy), while the loss is defined on the original prompt. Every token it returns
+carries an ``Origin`` (``Rollouts.token_origin``) and the loss mask follows it: prefix and hint
+tokens are never trained; off-policy tokens (reference anchors, guided continuations) are trained
+against ``Rollouts.behaviour_logprobs``, the log-probs of the policy and context that produced them.
+
+The helpers here build such batches: contexts from token ids (prompt ⊕ prefix), completions joined
+from a fixed part and a sampled part, and the parts of a group put back in group order.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Sequence
+
+import torch
+from torch import Tensor
+
+from rlvr.batching import concat_rollouts
+from rlvr.models import format_prompt
+from rlvr.plugin import Plugin
+from rlvr.rollout.hf import Generation, encode_prompts, generate, generate_ids
+from rlvr.rollout.scoring import sequence_logprobs
+from rlvr.types import Origin, Problem, Rollouts
+
+Verify = Callable[[list[Problem], list[str]], list[float]]  # correctness reward per (problem, text)
+
+
+@dataclass
+class SampleContext:
+    """What the collector hands a sampler for one call."""
+
+    tokenizer: Any
+    rollout: Any  # RolloutConfig: max_new_tokens, temperature, top_p, top_k
+    seed: int  # this call's sampling seed (distinct per step, rank and refill round)
+    group_offset: int = 0  # added to the group index b of each problem (ranks and rounds stay distinct)
+    reference: torch.nn.Module | None = None  # frozen reference policy, for samplers that need one
+    verify: Verify | None = None  # the task's verifier, for samplers that decide after a first look
+
+
+class Sampler(Plugin, ABC):
+    """Samples ``group_size`` completions for each problem; rows of problem b get group id
+    ``ctx.group_offset + b``."""
+
+    needs_reference: ClassVar[bool] = False  # the trainer keeps a frozen reference copy for it
+    needs_verifier: ClassVar[bool] = False
+    produces_off_policy: ClassVar[bool] = False  # trains tokens whose behaviour policy is not pi_old
+
+    @abstractmethod
+    def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,
+               ctx: SampleContext) -> Rollouts:
+        """The batch of ``len(problems) * group_size`` rows, every token's origin recorded."""
+
+
+# --- building blocks ----------------------------------------------------------------------------
+
+def sample_plain(model: torch.nn.Module, rows: list[Problem], ctx: SampleContext, seed: int) -> Generation:
+    """One completion per row from the formatted prompt, with the run's sampling settings."""
+    r = ctx.rollout
+    prompts = [format_prompt(ctx.tokenizer, p.prompt) for p in rows]
+    return generate(model, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                    top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed)
+
+
+def generation_rollouts(rows: list[Problem], gen: Generation, group_ids: Tensor) -> Rollouts:
+    """A plain batch: every generated token is on-policy and trained."""
+    return Rollouts(problems=rows, prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
+                    completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
+                    group_ids=group_ids, rollout_logprobs=gen.logprobs, texts=list(gen.texts))
+
+
+def row_group_ids(per_problem: int, n_problems: int, offset: int) -> Tensor:
+    """(n_problems * per_problem,) group ids ``offset + b``, ``per_problem`` rows per problem."""
+    return torch.arange(n_problems).repeat_interleave(per_problem) + offset
+
+
+def with_origin(batch: Rollouts) -> Rollouts:
+    """The batch with explicit all-POLICY origins and zero behaviour log-probs where unset, so it
+    can be joined with guided parts (concat needs every per-row field in every part)."""
+    if batch.completion_attention is None:
+        batch.completion_attention = batch.completion_mask.clone()
+    if batch.token_origin is None:
+        batch.token_origin = torch.full_like(batch.completion_ids, int(Origin.POLICY), dtype=torch.uint8)
+    if batch.behaviour_logprobs is None:
+        batch.behaviour_logprobs = torch.zeros_like(batch.completion_ids, dtype=torch.float32)
+    return batch
+
+
+def extend_contexts(prompt_ids: Tensor, prompt_mask: Tensor, extras: Sequence[Sequence[int]],
+                    pad_id: int) -> tuple[Tensor, Tensor]:
+    """Left-padded contexts ``prompt_i ⊕ extra_i`` (N, P') and their bool mask, from left-padded
+    prompts (N, P) and a list of token-id lists (a prefix or a hint per row)."""
+    rows = [prompt_ids[i][prompt_mask[i]].tolist() + list(extra) for i, extra in enumerate(extras)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = True
+    return ids, mask
+
+
+def join_completions(fixed: Sequence[Sequence[int]], fixed_origin: Origin, gen: Generation,
+                     pad_id: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Completions ``fixed_i ⊕ generated_i``, right-padded: ids (N, T'), real-token mask (N, T'),
+    origins (N, T') (``fixed_origin`` on the fixed part, POLICY on the generated part) and the
+    engine's log-probs (N, T') (0 on the fixed part)."""
+    lengths = gen.completion_mask.sum(-1).tolist()
+    width = max((len(f) + n for f, n in zip(fixed, lengths)), default=0)
+    n = len(fixed)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    real = torch.zeros((n, width), dtype=torch.bool)
+    origin = torch.full((n, width), int(Origin.POLICY), dtype=torch.uint8)
+    logp = torch.zeros((n, width), dtype=torch.float32)
+    for i, (f, g) in enumerate(zip(fixed, lengths)):
+        k = len(f)
+        if k:
+            ids[i, :k] = torch.tensor(list(f), dtype=torch.long)
+            origin[i, :k] = int(fixed_origin)
+        ids[i, k:k + g] = gen.completion_ids[i, :g].cpu()
+        logp[i, k:k + g] = gen.logprobs[i, :g].cpu()
+        real[i, :k + g] = True
+    return ids, real, origin, logp
+
+
+def trained_mask(real: Tensor, origin: Tensor) -> Tensor:
+    """(N, T) bool: real tokens whose origin is trained (everything but PREFIX and HINT)."""
+    untrained = (origin == int(Origin.PREFIX)) | (origin == int(Origin.HINT))
+    return real & ~untrained
+
+
+@torch.no_grad()
+def behaviour_logprobs(model: torch.nn.Module, ctx_ids: Tensor, ctx_mask: Tensor, completion_ids: Tensor,
+                       attention: Tensor, temperature: float) -> Tensor:
+    """(N, T) log-probs of the completions under ``model`` in the given contexts, by the trainer's
+    own forward (so a ratio against the trainer's log-probs has no engine mismatch)."""
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        logp, _ = sequence_logprobs(model, ctx_ids.to(device), ctx_mask.to(device), completion_ids.to(device),
+                                    attention.to(device), temperature=temperature)
+    finally:
+        model.train(was_training)
+    return torch.where(attention.to(logp.device), logp, torch.zeros_like(logp)).float().cpu()
+
+
+def assemble(parts: list[Rollouts], order: list[tuple[int, int]], pad_id: int) -> Rollouts:
+    """Join parts and reorder rows: ``order`` lists (part index, row in part) in output order."""
+    parts = [with_origin(p) for p in parts] if len(parts) > 1 else parts
+    joined = concat_rollouts(parts, pad_id)
+    starts, total = [], 0
+    for p in parts:
+        starts.append(total)
+        total += p.num_rows
+    index = torch.tensor([starts[k] + i for k, i in order], dtype=torch.long)
+    return joined.select(index)
+
+
+def cut_at_boundary(tokens: Sequence[int], limit: int, tokenizer: Any, separators: Sequence[str]) -> int:
+    """The largest ``c <= limit`` such that token ``c - 1`` ends a step (its text ends with a
+    separator); 0 when no step ends within the first ``limit`` tokens."""
+    for c in range(min(limit, len(tokens)), 0, -1):
+        text = tokenizer.decode([tokens[c - 1]], skip_special_tokens=False)
+        if any(text.endswith(s) for s in separators):
+            return c
+    return 0
+
+
+def text_cut_at_boundary(text: str, limit: int, separators: Sequence[str]) -> str:
+    """``text[:c]`` for the largest ``c <= limit`` ending right after a separator ('' if none)."""
+    best = 0
+    for s in separators:
+        at = text.rfind(s, 0, max(limit, 0))
+        if at >= 0 and at + len(s) <= limit:
+            best = max(best, at + len(s))
+    return text[:best]
+
+
+def uniform_fractions(n: int, low: float, high: float, seed: int) -> list[float]:
+    """``n`` draws from U[low, high] from a private stream (the global RNG is left alone)."""
+    rng = random.Random(seed)
+    return [rng.uniform(low, high) for _ in range(n)]
+
+
+def check_range(name: str, value: Sequence[float], where: str) -> tuple[float, float]:
+    """A (low, high) pair with 0 <= low <= high <= 1, as a tuple."""
+    pair = tuple(float(v) for v in value)
+    if len(pair) != 2 or not 0.0 <= pair[0] <= pair[1] <= 1.0:
+        raise ValueError(f"{where}: {name} must be [low, high] with 0 <= low <= high <= 1, got {list(value)}")
+    return pair  # type: ignore[return-value]

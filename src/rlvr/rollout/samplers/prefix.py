@@ -1,0 +1,166 @@
+"""Weak-model prefixes: part of each group continues a partial solution written by a weaker model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlvr.registry import param, register
+from rlvr.rollout.hf import generate_ids
+from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, check_range, cut_at_boundary,
+                                        extend_contexts, generation_rollouts, join_completions, row_group_ids,
+                                        sample_plain, trained_mask, uniform_fractions)
+from rlvr.types import Origin, Problem, Rollouts
+
+
+@dataclass(frozen=True)
+class PrefixConfig:
+    weak_model: str = param("reference", "who writes the prefixes: 'reference' (the frozen starting policy, "
+                                         "an earlier checkpoint of this run) or a model folder")
+    prefix_fraction: float = param(0.5, "fraction rho of each group that continues a weak-model prefix "
+                                        "(round(rho*G) rows); 0 = the plain sampler exactly")
+    prefix_len_range: tuple = param((0.1, 0.5), "lambda ~ U[low, high]: the prefix keeps floor(lambda*|y_weak|) "
+                                                "tokens before the cut (RECONSTRUCTION)")
+    cut_at_step_boundary: bool = param(True, "move the cut back to the last step boundary (an empty prefix when "
+                                             "there is none)")
+    step_separators: tuple = param((";", "\n"), "a token whose text ends with one of these ends a step")
+    weak_temperature: float = param(1.0, "sampling temperature of the weak model")
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.prefix_fraction <= 1.0:
+            raise ValueError(f"prefix: prefix_fraction must be in [0, 1], got {self.prefix_fraction}")
+        object.__setattr__(self, "prefix_len_range", check_range("prefix_len_range", self.prefix_len_range, "prefix"))
+        object.__setattr__(self, "step_separators", tuple(self.step_separators))
+        if not self.weak_model:
+            raise ValueError("prefix: weak_model is required ('reference' or a model folder)")
+        if self.weak_temperature <= 0:
+            raise ValueError(f"prefix: weak_temperature must be > 0, got {self.weak_temperature}")
+
+
+@register("sampler", "prefix")
+class WeakPrefixSampler(Sampler):
+    """Outer prefixes from a weaker model: the policy continues partial solutions it did not write.
+
+    Paper: "Outer prefixes from a weaker model" (seed abstract; no title or arXiv id available).
+    The procedure below is a RECONSTRUCTION (METHODS.md §2.4); each reconstructed choice is an option.
+
+    For ``m = round(rho·G)`` rows of each group: ``y_w ~ pi_weak(·|x)``, ``lambda ~ U[low, high]``,
+    ``u = y_w[:c]`` with ``c <= floor(lambda·|y_w|)`` at a step boundary; ``z ~ pi_theta(·|x, u)``; the row
+    is ``o = u ⊕ z``, rewarded by the verifier on ``o``. Prefix tokens have origin PREFIX and are
+    masked from the loss; z is on-policy (the trainer's forward on ``[x][u ⊕ z]`` conditions on u, as
+    generation did). Advantages are computed over the mixed group (prefixed and plain rows).
+
+    Differs from the plain sampler:
+      * part of each group starts from another model's partial solution (off-policy context);
+      * prefix tokens are recorded (origin PREFIX) and receive no gradient;
+      * with ``prefix_fraction = 0`` it is the plain sampler, token for token.
+    Left out: per-sub-group advantages (the abstract does not say; only the mixed group is offered).
+
+    Shapes: B problems → N = B·G rows; completion = prefix ⊕ continuation (N, T'), T' ≤ |u| + T.
+    """
+
+    Config = PrefixConfig
+    paper = "Outer prefixes from a weaker model (seed abstract; arXiv id unknown)"
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self._weak: torch.nn.Module | None = None
+
+    @property
+    def needs_reference(self) -> bool:  # type: ignore[override]
+        return self.config.weak_model == "reference"
+
+    def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,
+               ctx: SampleContext) -> Rollouts:
+        m = round(self.config.prefix_fraction * group_size)
+        b, plain_n = len(problems), group_size - m
+        parts, order = [], []
+        if plain_n:
+            rows = [p for p in problems for _ in range(plain_n)]
+            parts.append(generation_rollouts(rows, sample_plain(policy, rows, ctx, ctx.seed),
+                                             row_group_ids(plain_n, b, ctx.group_offset)))
+        if not m:
+            return parts[0]
+        parts.append(self._prefixed(policy, [p for p in problems for _ in range(m)], m, ctx))
+        k = len(parts) - 1
+        for i in range(b):  # group order: plain rows of problem i, then its prefixed rows
+            order += [(0, i * plain_n + j) for j in range(plain_n)] + [(k, i * m + j) for j in range(m)]
+        out = assemble(parts, order, ctx.tokenizer.pad_token_id)
+        out.meta["sampler_metrics"] = parts[k].meta["sampler_metrics"]
+        return out
+
+    def _prefixed(self, policy: torch.nn.Module, rows: list[Problem], m: int, ctx: SampleContext) -> Rollouts:
+        tok, r = ctx.tokenizer, ctx.rollout
+        weak_gen = self._weak_generation(rows, ctx)
+        prefixes = self._cut(weak_gen, ctx)
+        ids, mask = extend_contexts(weak_gen.prompt_ids.cpu(), weak_gen.prompt_mask.cpu(), prefixes,
+                                    tok.pad_token_id)
+        gen = generate_ids(policy, tok, ids, mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919)
+        comp, real, origin, logp = join_completions(prefixes, Origin.PREFIX, gen, tok.pad_token_id)
+        out = Rollouts(problems=rows, prompt_ids=weak_gen.prompt_ids.cpu(), prompt_mask=weak_gen.prompt_mask.cpu(),
+                       completion_ids=comp, completion_mask=trained_mask(real, origin),
+                       completion_attention=real, group_ids=row_group_ids(m, len(rows) // m, ctx.group_offset),
+                       rollout_logprobs=logp, token_origin=origin,
+                       behaviour_logprobs=torch.zeros_like(logp),
+                       texts=tok.batch_decode(comp.masked_fill(~real, tok.pad_token_id), skip_special_tokens=True))
+        lengths = torch.tensor([len(p) for p in prefixes], dtype=torch.float32)
+        out.meta["sampler_metrics"] = {"rollout/prefix_tokens_mean": lengths.mean().item(),
+                                       "rollout/prefix_empty_frac": (lengths == 0).float().mean().item()}
+        return out
+
+    def _weak_generation(self, rows: list[Problem], ctx: SampleContext) -> Any:
+        from dataclasses import replace
+        weak_ctx = replace(ctx, rollout=_with_temperature(ctx.rollout, self.config.weak_temperature))
+        return sample_plain(self._weak_model(ctx), rows, weak_ctx, ctx.seed + 104_729)
+
+    def _cut(self, weak_gen: Any, ctx: SampleContext) -> list[list[int]]:
+        """The prefix ``u_i`` of each weak completion: eos excluded, cut at a step boundary."""
+        cfg = self.config
+        eos = set(_eos_ids(ctx.tokenizer))
+        lams = uniform_fractions(weak_gen.completion_ids.shape[0], *cfg.prefix_len_range, seed=ctx.seed + 31)
+        out = []
+        for i, lam in enumerate(lams):
+            tokens = weak_gen.completion_ids[i][weak_gen.completion_mask[i]].tolist()
+            tokens = [t for t in tokens if t not in eos]
+            limit = int(lam * len(tokens))
+            c = cut_at_boundary(tokens, limit, ctx.tokenizer, cfg.step_separators) if cfg.cut_at_step_boundary else limit
+            out.append(tokens[:c])
+        return out
+
+    def _weak_model(self, ctx: SampleContext) -> torch.nn.Module:
+        if self.config.weak_model == "reference":
+            if ctx.reference is None:
+                raise ValueError("prefix: weak_model 'reference' needs the trainer's frozen reference model")
+            return ctx.reference
+        if self._weak is None:
+            self._weak = _load_weak(self.config.weak_model, ctx.tokenizer)
+        return self._weak
+
+
+def _with_temperature(rollout: Any, temperature: float) -> Any:
+    """The sampling settings with another temperature (any object with the four fields)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(max_new_tokens=rollout.max_new_tokens, temperature=temperature,
+                           top_p=rollout.top_p, top_k=rollout.top_k)
+
+
+def _eos_ids(tokenizer: Any) -> list[int]:
+    return [] if tokenizer.eos_token_id is None else [int(tokenizer.eos_token_id)]
+
+
+def _load_weak(path: str, tokenizer: Any) -> torch.nn.Module:
+    """A frozen weak model from a folder; its tokenizer must be the policy's (prefix ids are reused)."""
+    from pathlib import Path
+
+    from rlvr.models import load_model, load_tokenizer
+    model = load_model(path).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if any(Path(path).glob("tokenizer*.json")):
+        if load_tokenizer(path).get_vocab() != tokenizer.get_vocab():
+            raise ValueError(f"prefix: the weak model at {path} uses a different tokenizer than the policy; "
+                             "prefix token ids would not mean the same text")
+    return model
