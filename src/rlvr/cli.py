@@ -35,6 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--problems", type=int, default=200)
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--strategy", choices=("standard", "cas"), default="standard",
+                   help="standard: greedy, pass@k, maj@k; cas: confidence-based adaptive sampling (C3RL) vs "
+                        "majority voting at the same total number of samples")
+    p.add_argument("--tau-stop", type=float, default=None, help="cas (required): stop after one sample this confident")
+    p.add_argument("--tau-vote", type=float, default=None, help="cas (required): stop when the confidence-weighted "
+                                                                "vote share exceeds this")
+    p.add_argument("--max-extra", type=int, default=None, help="cas: extra samples after the first (default k-1)")
+    p.add_argument("--confidence", choices=("stated", "sequence"), default="stated",
+                   help="cas: the completion's stated 'confidence: 0.8', or exp(mean token log-prob)")
 
     p = sub.add_parser("compare", help="methods x seeds under one equal budget: results.md, results.json, plots")
     p.add_argument("config", help="comparison YAML (e.g. configs/compare/baselines.yaml)")
@@ -45,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plot", help="PNG plots of single runs from their metrics.jsonl")
     p.add_argument("run_dirs", nargs="+")
     p.add_argument("--out", default=None, help="folder for the PNGs (default: each run folder)")
+
+    p = sub.add_parser("bound", help="bits of a TinyLoRA adapter and its PAC-Bayes/Occam bound on accuracy")
+    p.add_argument("path", help="a progressive_rlvr run folder or its adapter/ folder")
+    p.add_argument("--problems", type=int, default=200, help="held-out (test split) problems n")
+    p.add_argument("--delta", type=float, default=0.05, help="the bound holds with probability >= 1 - delta")
+    p.add_argument("--seed", type=int, default=0, help="held-out problems and Gumbel noise seed")
+    p.add_argument("--decode", choices=["gumbel", "greedy"], default="gumbel")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's rollout.max_new_tokens")
 
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -115,8 +132,12 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rlvr.train.run import evaluate_path
+    cas = None
+    if args.strategy == "cas":
+        cas = {"tau_stop": args.tau_stop, "tau_vote": args.tau_vote, "confidence": args.confidence,
+               "max_extra": args.k - 1 if args.max_extra is None else args.max_extra}
     _print_summary(evaluate_path(args.model, task=args.task, problems=args.problems, k=args.k,
-                                 max_new_tokens=args.max_new_tokens))
+                                 max_new_tokens=args.max_new_tokens, strategy=args.strategy, cas=cas))
     return 0
 
 
@@ -146,11 +167,18 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bound(args: argparse.Namespace) -> int:
+    from rlvr.analysis.bounds import bound_report
+    _print_summary(bound_report(args.path, problems=args.problems, delta=args.delta, seed=args.seed,
+                                decode=args.decode, max_new_tokens=args.max_new_tokens))
+    return 0
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=2, default=str))
 
 
-_COMMANDS = {"compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart}
+_COMMANDS = {"compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -106,6 +106,14 @@ class Rollouts:
         """(N, T) bool: completion positions that hold real tokens (attended to)."""
         return self.completion_mask if self.completion_attention is None else self.completion_attention
 
+    def to(self, device: torch.device | str) -> "Rollouts":
+        """The batch with every tensor field on ``device`` (samplers may build parts on the CPU)."""
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name, value in kwargs.items():
+            if isinstance(value, Tensor) and value.device != torch.device(device):
+                kwargs[name] = value.to(device)
+        return Rollouts(**kwargs)
+
     def select(self, rows: Tensor) -> "Rollouts":
         """The sub-batch of the given row indices (a 1-D long tensor), every per-row field sliced."""
         rows = rows.to(torch.long)

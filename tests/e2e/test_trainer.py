@@ -48,6 +48,15 @@ METHOD_METRICS = {
     "oc_grpo": ["rollout/guided_groups_frac", "loss/offpolicy_frac", "loss/is_weight_mean"],
     "armor": ["rollout/anchor_rows_frac", "loss/offpolicy_frac", "loss/is_capped_frac"],
     "outer_prefix": ["rollout/prefix_tokens_mean", "rollout/prefix_empty_frac"],
+    "bpco": ["adv/lambda_clamped", "adv/lambda_mean", "critic/explained_var", "critic/loss", "timing/value",
+             "timing/critic_update"],
+    "bpco_privileged": ["adv/lambda_clamped", "critic/explained_var", "critic/loss", "timing/value",
+                        "timing/critic_update"],
+    "tether": ["adv/tether_w", "adv/tether_mse_v", "adv/tether_var_grp", "critic/explained_var", "timing/critic_update"],
+    "cvpo": ["adv/value_var_mean", "adv/cvpo_factor_mean", "adv/cvpo_factor_clipped", "critic/explained_var",
+             "timing/critic_update"],
+    "c3rl": ["reward/c3rl_mean", "reward/c3rl_correct", "reward/c3rl_stated_frac", "reward/c3rl_calibration",
+             "reward/c3rl_reference"],
 }
 
 

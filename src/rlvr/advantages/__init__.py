@@ -11,5 +11,8 @@ from rlvr.advantages import mmpo  # noqa: F401  (registers mmpo)
 from rlvr.advantages import fade  # noqa: F401  (registers fade)
 from rlvr.advantages import d_grpo  # noqa: F401  (registers d_grpo)
 from rlvr.advantages import cliff  # noqa: F401  (registers cliff)
+from rlvr.advantages import la_gae  # noqa: F401  (registers la_gae, BPCO)
+from rlvr.advantages import tether  # noqa: F401  (registers tether)
+from rlvr.advantages import cvpo  # noqa: F401  (registers cvpo)
 
 __all__ = ["AdvantageEstimator", "AdvantageOutput", "outcome_token_rewards", "sequence_scores"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.eval.calibration import calibration_metrics
 from rlvr.eval.metrics import majority, pass_at_k
 from rlvr.models.loading import format_prompt
 from rlvr.rollout.hf import generate
@@ -22,7 +23,8 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     Returns ``greedy_accuracy``, ``pass@1`` … ``pass@k`` (unbiased estimator with n = k),
     ``maj@k`` (majority vote over parsed answers; the vote counts as right when a sample carrying
     that answer was verified correct), ``num_problems``, ``greedy_length`` and ``sample_length``
-    (mean generated tokens, eos included). ``max_new_tokens`` defaults to the task's budget.
+    (mean generated tokens, eos included), and calibration (``calibration/brier``, ``calibration/ece``
+    over 10 bins, ...) of the samples that state a confidence. ``max_new_tokens`` defaults to the task's budget.
     """
     if not problems:
         raise ValueError("evaluate: no problems")
@@ -36,19 +38,22 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     if k <= 0:
         return out
     rows = [i for i in range(len(problems)) for _ in range(k)]  # k contiguous samples per problem
+    texts: list[str] = []
     samples, sample_len = _scores(model, tokenizer, task, [problems[i] for i in rows], [prompts[i] for i in rows],
-                                  budget, batch_size, dict(do_sample=True, temperature=temperature, top_p=top_p), seed)
+                                  budget, batch_size, dict(do_sample=True, temperature=temperature, top_p=top_p), seed,
+                                  texts)
     correct = [sum(s.value == 1.0 for s in samples[i * k:(i + 1) * k]) for i in range(len(problems))]
     for j in range(1, k + 1):
         out[f"pass@{j}"] = sum(pass_at_k(k, c, j) for c in correct) / len(problems)
     out[f"maj@{k}"] = sum(_majority_right(samples[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)
     out["sample_length"] = sample_len
+    out.update(calibration_metrics(texts, samples, num_bins=10))  # only when completions state a confidence
     return out
 
 
 def _scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem],
             prompts: list[str], budget: int, batch_size: int, sampling: dict[str, Any],
-            seed: int) -> tuple[list[Score], float]:
+            seed: int, texts: list[str] | None = None) -> tuple[list[Score], float]:
     scores: list[Score] = []
     tokens = 0
     for b, lo in enumerate(range(0, len(prompts), batch_size)):
@@ -56,6 +61,8 @@ def _scores(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Ta
                        seed=seed + b, **sampling)
         tokens += int(gen.completion_mask.sum())
         scores += verify_all(task, problems[lo:lo + batch_size], gen.texts)
+        if texts is not None:
+            texts += gen.texts
     return scores, tokens / len(prompts)
 
 

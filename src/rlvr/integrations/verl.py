@@ -1,5 +1,7 @@
 """rlvr inside verl: select rlvr's advantage estimators and policy losses by name in a verl run.
 
+And any rlvr verifier as verl's reward function: :func:`compute_score` (see its docstring).
+
 Usage::
 
     from rlvr.integrations.verl import register_with_verl
@@ -52,7 +54,7 @@ import dataclasses
 import importlib
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -272,7 +274,13 @@ def register_with_verl(names: Mapping[str, str] | None = None,
     registered = []
     for kind, rlvr_name, verl_name in plan:
         own = dict(params.get(rlvr_name, {}))
-        registry.build(kind, rlvr_name, **own)  # validates the parameter names and values now
+        try:
+            registry.build(kind, rlvr_name, **own)  # validates the parameter names and values now
+        except (TypeError, ValueError):
+            if names is not None or rlvr_name in params:
+                raise
+            # Registering everything: a plug-in with required hyperparameters (armor's anchor_is_cap)
+            # gets them from the run's knobs at call time, where a missing one is a clear error.
         adapter = _ADAPTERS.get((kind, verl_name))
         if adapter is None:
             _check_free(core, kind, verl_name)
@@ -321,3 +329,51 @@ def _check_free(core: ModuleType, kind: str, verl_name: str) -> None:
         what = "an advantage estimator" if kind == "advantage" else "a policy loss"
         raise ValueError(f"register_with_verl: verl already has {what} named '{verl_name}' ({existing!r}); "
                          f"choose another verl name")
+
+
+# --- verifiers as verl reward functions --------------------------------------------------------
+
+_VERIFIERS: dict[tuple[str, str], Any] = {}  # (name, params as sorted repr) → built verifier, one per process
+
+
+def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None,
+                  verifier: str = "math_verify", verifier_params: Mapping[str, Any] | None = None,
+                  **kwargs: Any) -> dict[str, float]:
+    """An rlvr verifier as verl's ``compute_score`` (same call as ``default_compute_score``).
+
+    Point verl at it with ``reward.custom_reward_function.path=<this file>`` and
+    ``...name=compute_score``; pick the verifier with ``...reward_kwargs.verifier=numeric`` (any
+    registered rlvr verifier, default ``math_verify``) and its parameters with
+    ``...reward_kwargs.verifier_params={timeout_s: 2}``. ``extra_info["rlvr_verifier"]`` (per
+    row) overrides the name. ``data_source`` and other keywords verl passes are ignored.
+    Returns ``{"score", "acc", "verifier_error"}``: verl takes ``score`` as the reward and logs the
+    other keys; a time-out or error scores 0 with ``verifier_error = 1``. The limit is the
+    verifier's own (``math_verify`` runs in a forked child), so it holds in the worker threads where
+    verl's reward loop calls this and where a signal-based limit cannot work.
+    """
+    name = str((extra_info or {}).get("rlvr_verifier") or verifier)
+    return make_compute_score(name, **dict(verifier_params or {}))(data_source, solution_str, ground_truth, extra_info)
+
+
+def make_compute_score(verifier: Any = "math_verify", **params: Any) -> Callable[..., dict[str, float]]:
+    """A verl ``compute_score`` function bound to one rlvr verifier (a name built with ``params``, or
+    a :class:`rlvr.rewards.verifiers.Verifier`)."""
+    from rlvr.rewards.verifiers import build_verifier
+    from rlvr.types import Problem
+
+    if isinstance(verifier, str):
+        key = (verifier, repr(sorted(params.items())))
+        if key not in _VERIFIERS:
+            _VERIFIERS[key] = build_verifier(verifier, **params)
+        verifier = _VERIFIERS[key]
+
+    def score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None,
+              **kwargs: Any) -> dict[str, float]:
+        meta = dict(extra_info) if isinstance(extra_info, Mapping) else {}
+        problem = Problem(str(meta.get("question", "")), None if ground_truth is None else str(ground_truth),
+                          meta={"data_source": data_source, **meta})
+        result = verifier.score(problem, solution_str)
+        return {"score": float(result.value), "acc": float(result.value),
+                "verifier_error": float(bool(result.meta.get("error")))}
+
+    return score

@@ -2,5 +2,6 @@
 
 from rlvr.selection.base import Selector
 from rlvr.selection import uniform  # noqa: F401
+from rlvr.selection import curriculum  # noqa: F401  (registers curriculum, CVPO)
 
 __all__ = ["Selector"]

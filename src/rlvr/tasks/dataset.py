@@ -1,12 +1,11 @@
 """Problems from a file: JSONL, Parquet or a ``datasets`` folder saved with ``save_to_disk``,
-with columns ``prompt`` and ``answer`` (optional ``solution``); answers checked with math-verify."""
+with columns ``prompt`` and ``answer`` (optional ``solution``); answers checked with math-verify
+by default (option ``verifier``)."""
 
 from __future__ import annotations
 
 import json
-import math
 import random
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ class DatasetConfig(TaskConfig):
     prompt_column: str = param("prompt", "column with the prompt text")
     answer_column: str = param("answer", "column with the gold answer")
     solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
-    timeout_s: float = param(5.0, "time limit of one math-verify check, in seconds")
+    timeout_s: float = param(5.0, "time limit of one answer check, in seconds")
+    verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact")
 
 
 @register("task", "dataset")
@@ -34,9 +34,8 @@ class Dataset(Task):
     Splits: with ``test_path`` (or a saved DatasetDict holding 'test') the held-out rows come from
     there; otherwise a row is held out when its prompt hash falls in ``test_fraction``.
     ``problems(n, seed)`` returns a seeded shuffle of the split's rows, cycling when n exceeds
-    them. Verification runs math-verify's own signal time limit in the main thread and none in
-    other threads (signals only work in the main thread); wrap calls in ``safe_verify`` (the
-    trainer does, since ``needs_timeout`` is True) for a limit that works everywhere.
+    them. Answers are checked by the verifier named in ``verifier`` (default ``math_verify``),
+    which enforces ``timeout_s`` itself from any thread (rlvr.rewards.verifiers).
     """
 
     Config = DatasetConfig
@@ -48,6 +47,7 @@ class Dataset(Task):
         if not self.config.path:
             raise ValueError("dataset task: set `path` to a JSONL, Parquet file or a save_to_disk folder")
         self._rows: dict[str, list[Problem]] | None = None
+        self._verifier: Any = None
 
     def rows(self, split: str) -> list[Problem]:
         """All problems of a split (loaded once)."""
@@ -72,17 +72,11 @@ class Dataset(Task):
         return rng.choice(self.rows("train"))
 
     def verify(self, problem: Problem, completion: str) -> Score:
-        from math_verify import parse, verify  # optional dependency: rlvr[data]
+        if self._verifier is None:
+            from rlvr.registry import build
 
-        main = threading.current_thread() is threading.main_thread()
-        limit = max(1, math.ceil(self.config.timeout_s)) if main else None  # signal.alarm needs main
-        gold = parse(str(problem.answer), parsing_timeout=limit) or parse(f"${problem.answer}$", parsing_timeout=limit)
-        pred = parse(completion, parsing_timeout=limit)
-        parsed = str(pred[-1]) if pred else None
-        if not gold:
-            ok = parsed is not None and parsed.strip() == str(problem.answer).strip()
-            return Score(1.0 if ok else 0.0, parsed, {"note": "gold answer did not parse; compared as text"})
-        return Score(1.0 if pred and verify(gold, pred, timeout_seconds=limit) else 0.0, parsed)
+            self._verifier = build("verifier", self.config.verifier, timeout_s=self.config.timeout_s)
+        return self._verifier.score(problem, completion)
 
     def demonstration(self, problem: Problem) -> str:
         if not problem.solution:

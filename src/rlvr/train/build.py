@@ -46,6 +46,8 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
             teacher = build_teacher(algo.teacher.name, algo.teacher.params, task=task)
         except (RegistryError, TypeError, ValueError) as err:
             raise ConfigError(f"algorithm.teacher: {err}") from err
+    if getattr(advantage, "needs_values", False) and not cfg.critic.enabled:
+        raise ConfigError(f"algorithm.advantage '{algo.advantage.name}' reads critic values; set critic.enabled=true")
     sampler = build_plugin("sampler", cfg.rollout.sampler)
     objective = build_objective(cfg)
     if sampler.produces_off_policy and not objective.policy_loss.handles_off_policy:
@@ -56,7 +58,7 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
         "task": task,
         "teacher": teacher,
         "sampler": sampler,
-        "selector": build_plugin("selector", PluginSpec("uniform")),
+        "selector": build_plugin("selector", algo.selector),
         "advantage": advantage,
         "objective": objective,
         "shapers": [build_plugin("shaper", s) for s in algo.shapers],
@@ -80,19 +82,22 @@ def build_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.optim.Op
     o = cfg.optim
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-    total = max(cfg.run.steps * o.ppo_epochs, 1)
-    warm = o.warmup_steps
-    if o.schedule not in ("constant", "linear", "cosine"):
-        raise ConfigError(f"optim.schedule must be constant, linear or cosine, got '{o.schedule}'")
+    return optimizer, lr_schedule(optimizer, o.schedule, o.warmup_steps, max(cfg.run.steps * o.ppo_epochs, 1))
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, schedule: str, warm: int, total: int) -> Any:
+    """Linear warm-up over ``warm`` optimizer steps, then constant, linear or cosine decay to ``total``."""
+    if schedule not in ("constant", "linear", "cosine"):
+        raise ConfigError(f"optim.schedule must be constant, linear or cosine, got '{schedule}'")
 
     def factor(i: int) -> float:  # multiplier of the base learning rate at optimizer step i
         if warm and i < warm:
             return (i + 1) / warm
         frac = min(max(i - warm, 0) / max(total - warm, 1), 1.0)
-        if o.schedule == "linear":
+        if schedule == "linear":
             return 1.0 - frac
-        if o.schedule == "cosine":
+        if schedule == "cosine":
             return 0.5 * (1.0 + math.cos(math.pi * frac))
         return 1.0
 
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

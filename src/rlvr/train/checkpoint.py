@@ -1,6 +1,7 @@
 """Atomic checkpoints: safetensors for tensors, JSON for the rest; no pickle.
 
-Layout: ``RUN/checkpoints/step_000050/{model.safetensors, optimizer.safetensors, state.json}`` and
+Layout: ``RUN/checkpoints/step_000050/{model.safetensors, optimizer.safetensors, state.json}`` (plus
+``<name>.safetensors`` and ``<name>_optimizer.safetensors`` per extra trained module, e.g. the critic) and
 ``RUN/checkpoints/latest`` naming the newest complete one. A checkpoint is written into a
 temporary folder and renamed into place, so a crash mid-write never leaves a half checkpoint and
 never touches the previous one.
@@ -19,9 +20,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
+Extra = dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]  # name -> (module, its optimizer)
+
+
 def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any], keep: int = 2) -> Path:
-    """Write checkpoint ``step`` atomically and point ``latest`` at it; keep the newest ``keep``."""
+                    state: dict[str, Any], keep: int = 2, extras: Extra | None = None) -> Path:
+    """Write checkpoint ``step`` atomically and point ``latest`` at it; keep the newest ``keep``.
+    ``extras`` (e.g. ``{"critic": (value_model, its optimizer)}``) go into the same folder."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -31,7 +36,14 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
         save_file(_untie(weights), str(tmp / "model.safetensors"))
         opt_tensors, opt_meta = _flatten_optimizer(optimizer)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-        _write_json(tmp / "state.json", {"step": step, "optimizer": opt_meta, **state})
+        extra_meta = {}
+        for name, (module, opt) in (extras or {}).items():
+            save_file(_untie({k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}),
+                      str(tmp / f"{name}.safetensors"))
+            tensors, extra_meta[name] = _flatten_optimizer(opt)
+            save_file(tensors, str(tmp / f"{name}_optimizer.safetensors"))
+        _write_json(tmp / "state.json", {"step": step, "optimizer": opt_meta, "extra_optimizers": extra_meta,
+                                         **state})
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -66,18 +78,27 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return path if (path / "state.json").exists() else None
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
-    """Restore weights (and optimizer state) in place; return the JSON state."""
+def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                    extras: Extra | None = None) -> dict:
+    """Restore weights (and optimizer state, and every extra module with its optimizer) in place;
+    return the JSON state."""
     path = Path(path)
     _load_model(path, model)
     state = json.loads((path / "state.json").read_text())
     if optimizer is not None:
         _restore_optimizer(optimizer, load_file(str(path / "optimizer.safetensors")), state["optimizer"])
+    for name, (module, opt) in (extras or {}).items():
+        if not (path / f"{name}.safetensors").exists():
+            raise RuntimeError(f"checkpoint {path} has no '{name}' weights ({name}.safetensors); was it "
+                               f"written by a run without one?")
+        _load_model(path, module, f"{name}.safetensors")
+        _restore_optimizer(opt, load_file(str(path / f"{name}_optimizer.safetensors")),
+                           state["extra_optimizers"][name])
     return state
 
 
-def _load_model(path: Path, model: torch.nn.Module) -> None:
-    weights = load_file(str(path / "model.safetensors"))
+def _load_model(path: Path, model: torch.nn.Module, filename: str = "model.safetensors") -> None:
+    weights = load_file(str(path / filename))
     missing, unexpected = model.load_state_dict(weights, strict=False)
     state = model.state_dict()
     loaded_ptrs = {state[k].data_ptr() for k in weights if k in state}

@@ -68,8 +68,9 @@ class Collector:
             self._verify(batch)
         raw = batch
         with self.timer("shape"):
-            for shaper in self.shapers:
-                batch = shaper(batch)
+            for shaper in self.shapers:  # a shaper that reads the policy (GAR) declares needs_policy
+                batch = shaper(batch, policy=model, tokenizer=self.tokenizer) \
+                    if getattr(shaper, "needs_policy", False) else shaper(batch)
         with self.timer("refine"):
             for flt in self.filters:
                 batch = flt(batch)
@@ -79,7 +80,8 @@ class Collector:
         ctx = SampleContext(tokenizer=self.tokenizer, rollout=self.cfg, seed=seed,
                             group_offset=round_ * 100_000 + self.rank * 10_000, reference=self.reference,
                             verify=self._correctness)
-        return self.sampler.sample(model, problems, self.cfg.group_size, ctx)
+        batch = self.sampler.sample(model, problems, self.cfg.group_size, ctx)
+        return batch.to(next(model.parameters()).device)
 
     def _correctness(self, problems: list[Problem], texts: list[str]) -> list[float]:
         """The verifier's reward per (problem, completion), for samplers that look before they guide."""
@@ -90,7 +92,7 @@ class Collector:
         # Objective 0 is the verdict; tasks may add named objectives (format, partial credit, ...).
         names = list(dict.fromkeys(k for s in scores for k in s.meta.get("objectives", {})))
         rows = [[s.value] + [float(s.meta.get("objectives", {}).get(k, 0.0)) for k in names] for s in scores]
-        batch.rewards = torch.tensor(rows, dtype=torch.float32)  # (N, K)
+        batch.rewards = torch.tensor(rows, dtype=torch.float32, device=batch.completion_mask.device)  # (N, K)
         batch.reward_names = ["correct", *names]
         batch.meta["verifier_errors"] = {i: str(s.meta["error"]) for i, s in enumerate(scores) if s.meta.get("error")}
         batch.meta["parsed"] = [s.parsed for s in scores]
@@ -114,5 +116,5 @@ def _keep_first_groups(batch: Rollouts, n_groups: int) -> Rollouts:
             seen.append(gid)
     if len(seen) <= n_groups:
         return batch
-    keep = torch.isin(batch.group_ids, torch.tensor(seen[:n_groups]))
+    keep = torch.isin(batch.group_ids, torch.tensor(seen[:n_groups], device=batch.group_ids.device))
     return batch.select(keep.nonzero().squeeze(-1))

@@ -93,6 +93,8 @@ class AlgorithmConfig:
     weightings: list = param([], "token weightings (reweight stage), applied in order (list of {name, params})")
     reward_weights: list = param([], "weights of the reward objectives [correct, *task objectives]; "
                                      "empty = the first objective alone")
+    selector: PluginSpec = param(PluginSpec("uniform"), "prompt selector (rlvr list selector): uniform, "
+                                                        "curriculum (CVPO)")
     teacher: PluginSpec = param(PluginSpec("oracle"), "first-mistake teacher for estimators that need one "
                                                       "(cliff): 'oracle' (the task's step checker) or 'llm'")
     kl_coef: float = param(0.0, "KL penalty coefficient in the loss (needs a reference model)")
@@ -113,6 +115,43 @@ class OptimConfig:
     warmup_steps: int = param(0, "linear learning-rate warm-up steps")
     ppo_epochs: int = param(1, "passes over each batch")
     micro_batch_size: int = param(0, "rows per forward/backward (0 = the whole local batch)")
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    enabled: bool = param(False, "train a learned value model; advantages read its values (gae, la_gae, "
+                                 "tether, cvpo need it)")
+    init: str = param("policy", "'policy': a value head on a copy of the policy backbone; 'path': a separate "
+                                "Hugging Face model at `path` with a scalar head")
+    path: str | None = param(None, "local Hugging Face checkpoint of the critic when init = 'path'")
+    template: str = param("{prompt}", "the critic's prompt: '{prompt}' = the policy's own view; any other "
+                                      "format over {prompt}, {answer}, {solution} is a privileged view the "
+                                      "policy never sees (PVF, BPCO+Ans/+Sol)")
+    lr: float = param(5e-6, "critic AdamW learning rate (BPCO scripts: 5e-6, actor 1e-6)")
+    betas: tuple = param((0.9, 0.999), "critic AdamW betas")
+    weight_decay: float = param(0.0, "critic AdamW weight decay")
+    grad_clip: float = param(1.0, "max critic gradient norm (0 = off)")
+    schedule: str = param("constant", "critic lr schedule: constant | linear | cosine")
+    lr_warmup_steps: int = param(0, "linear critic learning-rate warm-up (optimizer steps)")
+    warmup_steps: int = param(0, "first RL steps in which only the critic trains (BPCO critic_warmup: 15)")
+    epochs: int = param(1, "critic passes over each batch")
+    micro_batch_size: int = param(0, "rows per critic forward/backward (0 = the whole local batch)")
+    value_clip: float = param(0.5, "clip of the value loss: |V - V_old| <= this (verl cliprange_value 0.5)")
+    loss_agg: str = param("token-mean", "aggregation of the value loss (verl default token-mean)")
+    bound: str = param("none", "bound on value predictions: none | sigmoid (V = lo + (hi-lo)*sigmoid(v)) | "
+                               "clamp (GAE reads clamp(v, lo, hi)); BPCO's bounding is a RECONSTRUCTION")
+    reward_range: tuple = param((0.0, 1.0), "(lo, hi) the reward range the bound maps to")
+
+    def __post_init__(self) -> None:
+        checks = {"init": (self.init, ("policy", "path")), "bound": (self.bound, ("none", "sigmoid", "clamp")),
+                  "schedule": (self.schedule, ("constant", "linear", "cosine"))}
+        for name, (value, valid) in checks.items():
+            if value not in valid:
+                raise ValueError(f"critic.{name} must be one of {valid}, got '{value}'")
+        if self.init == "path" and not self.path:
+            raise ValueError("critic.init = 'path' needs critic.path (a local Hugging Face checkpoint)")
+        if len(self.reward_range) != 2 or not self.reward_range[0] < self.reward_range[1]:
+            raise ValueError(f"critic.reward_range must be (lo, hi) with lo < hi, got {self.reward_range}")
 
 
 @dataclass(frozen=True)
@@ -139,6 +178,7 @@ class Config:
     rollout: RolloutConfig = param(RolloutConfig(), "sampling")
     algorithm: AlgorithmConfig = param(AlgorithmConfig(), "RL method: plug-ins and knobs")
     optim: OptimConfig = param(OptimConfig(), "optimizer")
+    critic: CriticConfig = param(CriticConfig(), "learned value model (critic)")
     run: RunConfig = param(RunConfig(), "run length, seed, logging")
 
 

@@ -111,8 +111,10 @@ def _before_after(before: dict | None, after: dict) -> dict[str, Any]:
 
 
 def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k: int = 8,
-                  max_new_tokens: int = 48, seed: int = 0) -> dict[str, Any]:
-    """Evaluate a saved model folder, or the latest checkpoint of a run folder."""
+                  max_new_tokens: int = 48, seed: int = 0, strategy: str = "standard",
+                  cas: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluate a saved model folder, or the latest checkpoint of a run folder. ``strategy='cas'``
+    runs CAS with ``cas`` (``rlvr.eval.cas.CASConfig`` fields) against majority voting at equal budget."""
     from rlvr.models import load_model, load_tokenizer
     from rlvr.train.config import load_config, replace
     folder = Path(path)
@@ -129,5 +131,14 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
         model, tokenizer = load_model(folder), load_tokenizer(folder)
     cfg = replace(cfg, rollout={"max_new_tokens": max_new_tokens})
     task_obj = build_task(cfg)
-    result = evaluate_policy(model, tokenizer, task_obj, heldout(task_obj, problems, seed), cfg, k)
+    if strategy == "cas":
+        from rlvr.eval.cas import CASConfig, cas_evaluate
+        from rlvr.registry import make_config
+        result = cas_evaluate(model, tokenizer, task_obj, heldout(task_obj, problems, seed),
+                              make_config(CASConfig, dict(cas or {}), where="eval --strategy cas"),
+                              max_new_tokens=max_new_tokens, temperature=cfg.rollout.temperature, seed=seed)
+    elif strategy == "standard":
+        result = evaluate_policy(model, tokenizer, task_obj, heldout(task_obj, problems, seed), cfg, k)
+    else:
+        raise ValueError(f"evaluate: unknown strategy '{strategy}'; valid: standard, cas")
     return {"model": str(folder), "problems": problems, **result}

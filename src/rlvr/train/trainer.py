@@ -22,6 +22,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from rlvr.batching import micro_batches
+from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.rollout import sequence_logprobs
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
@@ -51,6 +52,7 @@ class Trainer:
         self.tokenizer = tokenizer
         needs_ref = cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
         self.ref_model = self._frozen_copy(model) if needs_ref else None
+        self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps) if cfg.critic.enabled else None
         optimizer, self.scheduler = build_optimizer(cfg, model)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.timer = PhaseTimer()
@@ -121,14 +123,21 @@ class Trainer:
         model.eval()
         with torch.no_grad():
             batch, metrics = self.collector.collect(model, self.step)
+        if self.critic is not None:
+            with self.timer("value"):
+                metrics.update(self.critic.predict(batch))
         with self.timer("advantage"):
             self._advantages(batch, metrics)
-        if self.cfg.algorithm.kl_coef > 0:
+        warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
+        if self.cfg.algorithm.kl_coef > 0 and not warm:
             with self.timer("logprobs"), torch.no_grad():
                 batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
         model.train()
-        metrics.update(self.update(batch))
+        metrics.update({"loss/total": 0.0} if warm else self.update(batch))
         metrics.update(batch.meta.get("weighting_metrics", {}))
+        metrics.update(batch.meta.get("shaper_metrics", {}))
+        if self.critic is not None:
+            metrics.update(self._critic_update(batch, warm))
         with self.timer("observe"):
             self.parts["selector"].observe({"problems": batch.problems, "rewards": batch.rewards})
         metrics.update(self.timer.pop())
@@ -171,10 +180,18 @@ class Trainer:
                                  reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None)
         result = self.parts["advantage"](inputs)
         batch.advantages = result.advantages
+        if self.critic is not None:  # value targets: the estimator's returns, else Monte-Carlo
+            batch.meta["returns"] = result.returns if result.returns is not None else mc_returns(inputs)
         adv = result.advantages[batch.completion_mask]
         metrics["adv/mean"] = adv.mean().item() if adv.numel() else 0.0
         metrics["adv/abs_mean"] = adv.abs().mean().item() if adv.numel() else 0.0
         metrics.update({f"adv/{k}": float(v) for k, v in result.metrics.items()})
+
+    def _critic_update(self, batch: Rollouts, warm: bool) -> dict[str, float]:
+        """Value regression on the step's returns, after the policy update (global normalisers)."""
+        with self.timer("critic_update"):
+            out = self.critic.update(batch, batch.meta["returns"], self._global_normalisers(batch.completion_mask))
+        return {**out, "critic/warmup": float(warm)}
 
     def _first_mistakes(self, batch: Rollouts) -> torch.Tensor | None:
         """(N,) token index of each row's first wrong step, from the teacher (only when one is needed)."""
@@ -287,14 +304,16 @@ class Trainer:
             state = {"scheduler": self.scheduler.state_dict(),  # plain numbers (lr_lambdas: [None])
                      "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
                      "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
-            save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state)
+            extras = None if self.critic is None else self.critic.checkpoint_parts()
+            save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state, extras=extras)
         self.acc.wait_for_everyone()
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.run_dir)
         if path is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
-        state = load_checkpoint(path, self.policy, self.optimizer)
+        state = load_checkpoint(path, self.policy, self.optimizer,
+                                extras=None if self.critic is None else self.critic.checkpoint_parts())
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
         self.rollouts_spent = int(state.get("rollouts_spent", 0))
@@ -307,7 +326,7 @@ class Trainer:
 
     def _stateful_plugins(self) -> dict[str, Any]:
         """Plug-ins that keep state across steps (they define state_dict / load_state_dict)."""
-        named = {"advantage": self.parts["advantage"], "selector": self.parts["selector"]}
+        named = {"advantage": self.parts["advantage"], "selector": self.parts["selector"], "critic": self.critic}
         for kind in ("shapers", "filters", "weightings"):
             named.update({f"{kind}.{i}": p for i, p in enumerate(self.parts[kind])})
         return {k: p for k, p in named.items() if hasattr(p, "state_dict") and hasattr(p, "load_state_dict")}

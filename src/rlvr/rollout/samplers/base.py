@@ -152,7 +152,8 @@ def behaviour_logprobs(model: torch.nn.Module, ctx_ids: Tensor, ctx_mask: Tensor
 
 def assemble(parts: list[Rollouts], order: list[tuple[int, int]], pad_id: int) -> Rollouts:
     """Join parts and reorder rows: ``order`` lists (part index, row in part) in output order."""
-    parts = [with_origin(p) for p in parts] if len(parts) > 1 else parts
+    device = parts[0].completion_ids.device
+    parts = [with_origin(p.to(device)) for p in parts] if len(parts) > 1 else parts
     joined = concat_rollouts(parts, pad_id)
     starts, total = [], 0
     for p in parts:

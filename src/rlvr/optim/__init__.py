@@ -1,0 +1,20 @@
+"""Optimizer plug-ins that bring their own training loop (kind "optimizer"): ES and GRPO→ES.
+
+Importing this package registers them; ``optim.name`` in a run config picks one
+(``rlvr.train.run.make_trainer``).
+"""
+
+from rlvr.optim.base import OptimizerPlugin
+from rlvr.optim.es import (
+    ES, ESConfig, ESStepResult, apply_update, es_delta, es_step, param_noise, perturb, restore,
+    seed_coefficients, select_parameters, snapshot, z_score,
+)
+from rlvr.optim.noise import member_seeds, seeded_noise, tensor_seed
+from rlvr.optim.sequential import GRPOThenES, SequentialTrainer
+from rlvr.optim import hyper_es, progressive  # noqa: E402,F401  (registers hyper_es, progressive_rlvr)
+
+__all__ = [
+    "ES", "ESConfig", "ESStepResult", "GRPOThenES", "OptimizerPlugin", "SequentialTrainer", "apply_update",
+    "es_delta", "es_step", "member_seeds", "param_noise", "perturb", "restore", "seed_coefficients",
+    "seeded_noise", "select_parameters", "snapshot", "tensor_seed", "z_score",
+]

@@ -1,0 +1,202 @@
+"""The ES training loop: population fitness from verifier rewards, checkpoints, metrics, budgets.
+
+Same surface as the gradient ``Trainer`` (``train``, ``policy``, ``tokenizer``, ``parts``, ``acc``)
+so ``rlvr train`` / ``train_run`` drive it unchanged. Under ``torchrun`` each rank scores its share
+of the population and every rank applies the same update (``rlvr.optim.es.es_step``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from tqdm.auto import tqdm
+
+from rlvr.analysis.diversity import bernoulli, js_diversity
+from rlvr.models import format_prompt
+from rlvr.optim.es import ESConfig, ESStepResult, es_step, select_parameters
+from rlvr.optim.noise import member_seeds
+from rlvr.rollout import generate
+from rlvr.tasks import verify_all
+from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.train.collect import step_seed
+from rlvr.train.config import Config, to_dict
+from rlvr.train.logging import PhaseTimer, RunLogger
+
+
+class NoOptimizerState:
+    """ES keeps no optimizer state; checkpoints store an empty one."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"state": {}, "param_groups": []}
+
+
+class ESTrainer:
+    """Trains ``run.steps`` ES iterations (from ``start_step``, e.g. after a GRPO phase)."""
+
+    def __init__(self, cfg: Config, es: ESConfig, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
+                 accelerator: Any = None, start_step: int = 0, start_rollouts: int = 0,
+                 start_seconds: float = 0.0) -> None:
+        from rlvr.train.build import build_model, build_plugin, build_task
+        self.cfg, self.es = cfg, es
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        if accelerator is None:
+            from accelerate import Accelerator
+            accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        self.acc = accelerator
+        self.run_dir = Path(cfg.run.out_dir)
+        self.parts = {"task": build_task(cfg), "selector": build_plugin("selector", cfg.algorithm.selector)}
+        torch.manual_seed(cfg.run.seed)
+        if model is None:
+            model, tokenizer = build_model(cfg)
+        self.model, self.tokenizer = model.to(self.acc.device), tokenizer
+        self.params = select_parameters(self.model, es.include, es.exclude)
+        self._sync_from_main()
+        self.timer = PhaseTimer()
+        self.step, self.start_step = start_step, start_step
+        self.rollouts_spent, self.seconds_spent = start_rollouts, start_seconds
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        return self.model
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
+        if resume:
+            self._resume()
+        elif self.acc.is_main_process:
+            self._write_run_files()
+        logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step)
+        bar = tqdm(total=self.cfg.run.steps, initial=self.step, desc="es", disable=not self.acc.is_main_process)
+        while (reason := self._budget_reason()) is None:
+            start = time.perf_counter()
+            metrics = self.train_step()
+            self.step += 1
+            self.rollouts_spent += int(metrics["rollout/sampled_rows"])
+            self.seconds_spent += time.perf_counter() - start
+            metrics.update({"rollout/spent": self.rollouts_spent, "time/elapsed": self.seconds_spent})
+            if (eval_fn is not None and self.acc.is_main_process and self.cfg.run.eval_every
+                    and self.step % self.cfg.run.eval_every == 0):
+                metrics.update(eval_fn(self.policy, self.step))
+            logger.log(self.step, metrics)
+            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", update=f"{metrics['es/update_norm']:.2e}")
+            bar.update(1)
+            if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
+                self.save()
+        bar.close()
+        self.save()
+        logger.close()
+        return {"steps": self.step, "rollouts": self.rollouts_spent, "seconds": self.seconds_spent,
+                "stopped_by": reason}
+
+    def train_step(self) -> dict[str, float]:
+        """One ES iteration on this step's prompts; every rank returns the same metrics."""
+        es = self.es
+        problems = self.parts["selector"].select(self.parts["task"], self._num_prompts(), self.step,
+                                                 step_seed(self.cfg.run.seed, self.step))
+        n_seeds = es.population // 2 if es.antithetic else es.population
+        seeds = member_seeds(self.cfg.run.seed, self.step, n_seeds)
+        fitness_fn = self._fitness_fn(problems)
+        with torch.no_grad():
+            metrics = {"reward/center": float(fitness_fn(-1).mean())} if es.eval_center else {}
+            with self.timer("es_step"):
+                result = es_step(self.params, fitness_fn, seeds, sigma=es.sigma, alpha=es.step_size,
+                                 antithetic=es.antithetic, eps=es.eps, ddof=es.ddof,
+                                 divide_by_sigma=es.divide_by_sigma, per_tensor=es.per_tensor_noise,
+                                 rank=self.acc.process_index, world_size=self.acc.num_processes)
+        if not all(torch.isfinite(p).all() for _, p in self.params):
+            raise FloatingPointError(f"es step {self.step + 1}: non-finite weights after the update")
+        # Selectors learn from the population's mean reward per prompt (the policy's neighbourhood).
+        self.parts["selector"].observe({"problems": problems, "rewards": result.outcomes.mean(0).float().unsqueeze(1)})
+        metrics.update(self._metrics(result, len(problems)))
+        metrics.update(self.timer.pop())
+        return metrics
+
+    def _fitness_fn(self, problems: list) -> Any:
+        """Member k's fitness row: mean verifier reward per prompt (X,), sampled with the member's
+        weights. All members share the prompts and the sampling seed (common random numbers), so
+        fitness differences come from the weights alone."""
+        es, cfg = self.es, self.cfg
+        rows = [p for p in problems for _ in range(es.samples_per_prompt)]
+        prompts = [format_prompt(self.tokenizer, p.prompt) for p in rows]
+        seed = step_seed(cfg.run.seed, self.step, 0, 1)
+        budget = es.max_new_tokens or cfg.rollout.max_new_tokens
+
+        def fitness(k: int) -> torch.Tensor:
+            gen = generate(self.model, self.tokenizer, prompts, max_new_tokens=budget,
+                           temperature=es.temperature or 1.0, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
+                           do_sample=es.temperature > 0, seed=seed)
+            scores = verify_all(self.parts["task"], rows, gen.texts, cfg.rollout.verify_timeout_s)
+            rewards = torch.tensor([s.value for s in scores], dtype=torch.float64)  # (X·samples,)
+            return rewards.view(len(problems), es.samples_per_prompt).mean(dim=1)  # (X,)
+        return fitness
+
+    def _metrics(self, result: ESStepResult, num_prompts: int) -> dict[str, float]:
+        f, es = result.fitness, self.es
+        out = {"reward/mean": f.mean().item(), "reward/std": f.std(correction=0).item(),
+               "reward/max": f.max().item(), "reward/min": f.min().item(),
+               "es/z_abs_mean": result.z.abs().mean().item(), "es/update_norm": result.update_norm,
+               "es/sigma": es.sigma, "es/alpha": es.step_size,
+               "rollout/sampled_rows": float(es.population * num_prompts * es.samples_per_prompt)}
+        # Verifier-projected JS diversity of this population (§2.5), binary outcome space.
+        out["es/js_diversity"] = js_diversity(bernoulli(result.outcomes.clamp(0, 1))).mean().item()
+        return out
+
+    def _num_prompts(self) -> int:
+        return self.es.prompts or self.cfg.rollout.prompts_per_step
+
+    def _budget_reason(self) -> str | None:
+        run = self.cfg.run
+        elapsed = self.seconds_spent
+        if self.acc.num_processes > 1 and run.max_seconds:  # every rank must stop at the same step
+            elapsed = self.acc.reduce(torch.tensor(elapsed, dtype=torch.float64), reduction="max").item()
+        if self.step >= run.steps:
+            return "steps"
+        if run.max_rollouts and self.rollouts_spent >= run.max_rollouts:
+            return "rollouts"
+        if run.max_seconds and elapsed >= run.max_seconds:
+            return "seconds"
+        return None
+
+    # --- state ------------------------------------------------------------------------------
+
+    def _sync_from_main(self) -> None:
+        """Every rank starts from rank 0's weights (the gradient trainer gets this from DDP)."""
+        if self.acc.num_processes > 1:
+            import torch.distributed as dist
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    dist.broadcast(p.data, src=0)
+
+    def save(self) -> None:
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            state = {"phase": "es", "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
+                     "plugins": {"selector": self.parts["selector"].state_dict()} if self._stateful_selector else {}}
+            save_checkpoint(self.run_dir, self.step, self.policy, NoOptimizerState(), state)  # type: ignore[arg-type]
+        self.acc.wait_for_everyone()
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
+        state = load_checkpoint(path, self.policy, None)
+        self.step = int(state["step"])
+        self.rollouts_spent = int(state.get("rollouts_spent", 0))
+        self.seconds_spent = float(state.get("seconds_spent", 0.0))
+        if self._stateful_selector and "selector" in state.get("plugins", {}):
+            self.parts["selector"].load_state_dict(state["plugins"]["selector"])
+
+    @property
+    def _stateful_selector(self) -> bool:
+        sel = self.parts["selector"]
+        return hasattr(sel, "state_dict") and hasattr(sel, "load_state_dict")
+
+    def _write_run_files(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False))

@@ -1,0 +1,87 @@
+"""Sequential GRPO → ES (METHODS §2.5, RECONSTRUCTION): gradient steps first, then ES on the result.
+
+Steps 1..S₁ (``grpo_steps``) are ordinary gradient-trainer steps (``algorithm.*``, ``optim.lr``);
+steps S₁+1..``run.steps`` are ES iterations from θ_{S₁}. Both phases write to the same run folder
+and step numbering; a checkpoint's ``phase`` says which one to resume.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlvr.optim.es import ES, ESConfig
+from rlvr.optim.es_trainer import ESTrainer
+from rlvr.registry import param, register
+from rlvr.train.checkpoint import latest_checkpoint
+from rlvr.train.config import Config, replace
+
+
+class SequentialTrainer:
+    """Gradient trainer for ``grpo_steps`` steps, then an ``ESTrainer`` for the rest of ``run.steps``."""
+
+    def __init__(self, cfg: Config, es: ESConfig, *, model: torch.nn.Module | None = None,
+                 tokenizer: Any = None) -> None:
+        from rlvr.train.trainer import Trainer
+        if es.grpo_steps >= cfg.run.steps:
+            raise ValueError(f"grpo_then_es: grpo_steps={es.grpo_steps} leaves no ES steps in "
+                             f"run.steps={cfg.run.steps}")
+        self.cfg, self.es = cfg, es
+        # The gradient phase sees a budget of grpo_steps (its lr schedule spans that phase only).
+        self.gradient = Trainer(replace(cfg, run={"steps": es.grpo_steps}), model=model, tokenizer=tokenizer)
+        self.acc, self.tokenizer, self.parts = self.gradient.acc, self.gradient.tokenizer, self.gradient.parts
+        self.es_trainer: ESTrainer | None = None
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        return self.gradient.policy
+
+    def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
+        ckpt = latest_checkpoint(self.cfg.run.out_dir) if resume else None
+        if resume and ckpt is None:
+            raise FileNotFoundError(f"no checkpoint to resume from in {self.cfg.run.out_dir}/checkpoints")
+        in_es = ckpt is not None and json.loads((ckpt / "state.json").read_text()).get("phase") == "es"
+        first: dict[str, Any] = {"steps": self.es.grpo_steps, "rollouts": 0, "seconds": 0.0}
+        if not in_es:
+            first = self.gradient.train(resume=resume, eval_fn=eval_fn)
+        self.es_trainer = ESTrainer(self.cfg, self.es, model=self.policy, tokenizer=self.tokenizer,
+                                    accelerator=self.acc, start_step=first["steps"],
+                                    start_rollouts=first["rollouts"], start_seconds=first["seconds"])
+        self.es_trainer.parts["selector"] = self.parts["selector"]  # a curriculum carries over between phases
+        out = self.es_trainer.train(resume=in_es, eval_fn=eval_fn)
+        return {**out, "grpo_steps": first["steps"]}
+
+
+@dataclass(frozen=True)
+class GRPOThenESConfig(ESConfig):
+    grpo_steps: int = param(100, "gradient (GRPO) steps S₁ before ES takes over; ES runs the rest of run.steps")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.grpo_steps < 1:
+            raise ValueError(f"grpo_then_es: grpo_steps must be >= 1, got {self.grpo_steps}")
+
+
+@register("optimizer", "grpo_then_es")
+class GRPOThenES(ES):
+    """Sequential schedule: GRPO for S₁ steps, then ES from θ_{S₁} (a RECONSTRUCTION).
+
+    Paper: "ES vs GRPO: coverage, JS diversity, sequential GRPO→ES" (METHODS §2.5; abstract only),
+    building on Qiu et al. (arXiv:2509.24372). Reconstructed: the switch point S₁ (``grpo_steps``;
+    the abstract gives none) and that ES restarts with no memory of the gradient phase.
+
+    Equation: θ_{S₁} = GRPO^{S₁}(θ_0); then θ ← θ + (α/N) Σ_k z_k ε(seed_k) for run.steps − S₁ iterations.
+
+    Differs from es:
+      * the first ``grpo_steps`` steps are gradient-trainer steps (``algorithm.*``, ``optim.lr``);
+      * ``grpo_steps`` defaults to 100 and must be >= 1 and < run.steps.
+
+    Shapes: as es.
+    """
+
+    Config = GRPOThenESConfig
+    paper = ("ES vs GRPO: coverage, JS diversity, sequential GRPO→ES (arXiv id unknown; seed abstract); "
+             "ES of arXiv:2509.24372")
