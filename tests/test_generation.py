@@ -137,7 +137,7 @@ def test_training_mode_is_restored_and_errors(small):
     assert model.training
     model.eval()
     with pytest.raises(ValueError, match="engine"):
-        generate(model, tok, PROMPTS, max_new_tokens=2, engine="vllm")
+        generate(model, tok, PROMPTS, max_new_tokens=2, engine="no_such_engine")
     with pytest.raises(ValueError, match="temperature"):
         generate(model, tok, PROMPTS, max_new_tokens=2, temperature=0.0)
     with pytest.raises(ValueError, match="empty"):

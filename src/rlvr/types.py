@@ -31,6 +31,7 @@ class Origin(IntEnum):
     HINT = 2  # privileged guidance copied into the completion; never trained
     REFERENCE = 3  # sampled by the frozen reference policy (ARMOR anchors); off-policy
     GUIDED = 4  # sampled by the policy under a guided context the trainer does not see (OC-GRPO)
+    ENV = 5  # written by an environment between policy turns (multi-turn observations); never trained
 
 
 OFF_POLICY = (Origin.REFERENCE, Origin.GUIDED)  # trained, but their behaviour policy is not pi_old
@@ -144,10 +145,14 @@ class AdvantageInputs:
     plan_ids: Tensor | None = None  # (N,) long: executor sub-group (the plan a row executes) nested in group_ids
     role_mask: Tensor | None = None  # (N, T) bool: True on planner tokens, False on executor tokens
     first_mistake: Tensor | None = None  # (N,) long: token index m_i of the first wrong step; -1 = no mistake found
+    turn_baselines: Tensor | None = None  # (N, T) float: at a turn's first token, the mean score of re-sampled
+    # alternatives of that turn from the same history (counterfactual baseline, TCPO); NaN = none
 
     def __post_init__(self) -> None:
         n, t = check_mask(self.mask, "mask")
         check_rewards(self.rewards, n)
+        if self.turn_baselines is not None:  # NaN marks "no counterfactual": only the shape is checked
+            check_shape(self.turn_baselines, (n, t), "turn_baselines")
         check_shape(self.group_ids, (n,), "group_ids")
         for name in ("token_rewards", "values", "logprobs", "entropy"):
             value = getattr(self, name)

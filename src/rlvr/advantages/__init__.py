@@ -14,5 +14,6 @@ from rlvr.advantages import cliff  # noqa: F401  (registers cliff)
 from rlvr.advantages import la_gae  # noqa: F401  (registers la_gae, BPCO)
 from rlvr.advantages import tether  # noqa: F401  (registers tether)
 from rlvr.advantages import cvpo  # noqa: F401  (registers cvpo)
+from rlvr.advantages import tcpo  # noqa: F401  (registers tcpo)
 
 __all__ = ["AdvantageEstimator", "AdvantageOutput", "outcome_token_rewards", "sequence_scores"]

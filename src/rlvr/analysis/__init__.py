@@ -4,9 +4,13 @@
 * ``length_bias``: per-trajectory gradient weight against length for the L^(α−1) family (§2.18).
 * ``diversity``: verifier-projected Jensen–Shannon diversity of a population of policies (§2.5).
 * ``sparsity``: the functional-sparsity probe, keeping the top-q fraction of an update (§2.5).
+* ``gar``: GAR's prediction-error × activation decomposition at the output layer (§2.1).
 """
 
 from rlvr.analysis.diversity import answer_distributions, bernoulli, js_diversity, population_diversity
+from rlvr.analysis.gar import (
+    GARDecomposition, decompose, prediction_error, weight_gradient, weight_gradient_cosine, weight_gradient_inner,
+)
 from rlvr.analysis.length_bias import (
     MODE_ALPHA, LengthBiasReport, length_bias_report, lengths_to_mask, per_token_weight, trajectory_weight,
 )
@@ -17,6 +21,8 @@ from rlvr.analysis.std_dial import (
 )
 
 __all__ = [
+    "GARDecomposition", "decompose", "prediction_error", "weight_gradient", "weight_gradient_cosine",
+    "weight_gradient_inner",
     "answer_distributions", "bernoulli", "js_diversity", "kept_fraction", "population_diversity",
     "sparsify_update", "sparsity_probe",
     "MODE_ALPHA", "LengthBiasReport", "batch_coefficients", "binary_std", "coefficient_table", "dapo_coefficient",

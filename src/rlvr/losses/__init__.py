@@ -8,6 +8,7 @@ from rlvr.losses import cispo  # noqa: F401  (registers cispo)
 from rlvr.losses import up  # noqa: F401  (registers up)
 from rlvr.losses import ripo  # noqa: F401  (registers ripo)
 from rlvr.losses import off_policy  # noqa: F401  (registers oc_grpo, armor)
+from rlvr.losses import rollout_is  # noqa: F401  (registers ppo_clip_is)
 from rlvr.losses.objective import NonFiniteLossError, Objective, ObjectiveConfig
 
 __all__ = ["NonFiniteLossError", "Objective", "ObjectiveConfig", "PolicyLoss"]

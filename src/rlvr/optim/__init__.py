@@ -12,6 +12,7 @@ from rlvr.optim.es import (
 from rlvr.optim.noise import member_seeds, seeded_noise, tensor_seed
 from rlvr.optim.sequential import GRPOThenES, SequentialTrainer
 from rlvr.optim import hyper_es, progressive  # noqa: E402,F401  (registers hyper_es, progressive_rlvr)
+from rlvr.optim import lure  # noqa: E402,F401  (registers lure)
 
 __all__ = [
     "ES", "ESConfig", "ESStepResult", "GRPOThenES", "OptimizerPlugin", "SequentialTrainer", "apply_update",

@@ -1,6 +1,6 @@
 """Generation with a Hugging Face causal LM and a KV cache: prompts in, completions + log-probs out.
 
-Two engines share one contract (:class:`Generation`):
+The engines share one contract (:class:`Generation`):
 
 * ``"loop"`` (default): a short hand-written decode loop over the model's own forward with a
   ``DynamicCache``. It skips ``generate``'s logits processors and stopping criteria, and drops
@@ -9,8 +9,14 @@ Two engines share one contract (:class:`Generation`):
   tokens, no early eos). Linear layers dominate the rest.
 * ``"hf"``: ``model.generate(use_cache=True, output_logits=True)``, for models whose forward the
   loop does not suit.
+* ``"specroll"`` (:mod:`rlvr.rollout.speculative`): speculative decoding with future-token heads
+  and exact verification; same distribution, several tokens per forward.
+* ``"vllm"`` (:mod:`rlvr.rollout.vllm_engine`, GPU, optional): vLLM with weight sync.
 
-Log-prob convention (both engines): ``logprobs[i, t] = log softmax(z_t / temperature)[y_t]`` with
+``engine_params`` (``rollout.engine_params``) configure the last two; their statistics come back
+in ``Generation.stats``.
+
+Log-prob convention (every engine): ``logprobs[i, t] = log softmax(z_t / temperature)[y_t]`` with
 ``z_t`` the raw logits, *before* top-k / top-p filtering — the quantity a trainer recomputes with
 the same temperature (verl and TRL divide logits by the temperature and ignore the filters). At
 temperature 1 it equals the model's plain log-softmax. Greedy decoding (``do_sample=False``)
@@ -19,13 +25,14 @@ ignores the temperature and reports the plain log-softmax.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 from transformers import DynamicCache, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-ENGINES = ("loop", "hf")
+ENGINES = ("loop", "hf", "specroll", "vllm")
 
 
 @dataclass
@@ -38,6 +45,9 @@ class Generation:
     completion_mask: Tensor  # (N, T) bool, True on generated tokens up to and including the first eos
     logprobs: Tensor  # (N, T) float32 log-probs of the sampled tokens (0 where the mask is False)
     texts: list[str]  # (N,) decoded completions without special tokens
+    hidden: Tensor | None = None  # (N, T, H) float32 output-layer inputs h_t (h_t predicts token t),
+    # 0 where the mask is False; only with ``keep_hidden=True`` (GAR reads them: no second forward)
+    stats: dict[str, float] = field(default_factory=dict)  # engine metrics (rollout/spec_*), may be empty
 
     @property
     def lengths(self) -> Tensor:
@@ -47,25 +57,28 @@ class Generation:
 
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], *,
              max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-             do_sample: bool = True, seed: int | None = None, engine: str = "loop") -> Generation:
+             do_sample: bool = True, seed: int | None = None, engine: str = "loop",
+             keep_hidden: bool = False, engine_params: dict | None = None) -> Generation:
     """Sample (or greedily decode) one completion per prompt with a KV cache.
 
     ``seed`` makes sampling reproducible without touching the global RNG; ``None`` draws from it.
-    ``top_k=0`` and ``top_p=1`` mean no filtering.
+    ``top_k=0`` and ``top_p=1`` mean no filtering. ``keep_hidden`` also returns the output layer's
+    input at every generated position (``Generation.hidden``), captured by a forward hook.
     """
     if not prompts:
         raise ValueError("generate: empty list of prompts")
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
     return generate_ids(model, tokenizer, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens,
                         temperature=temperature, top_p=top_p, top_k=top_k, do_sample=do_sample, seed=seed,
-                        engine=engine)
+                        engine=engine, keep_hidden=keep_hidden, engine_params=engine_params)
 
 
 @torch.no_grad()  # not inference_mode: the outputs feed autograd graphs later (gather indices)
 def generate_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt_ids: Tensor,
                  prompt_mask: Tensor, *, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                  top_k: int = 0, do_sample: bool = True, seed: int | None = None,
-                 engine: str = "loop") -> Generation:
+                 engine: str = "loop", keep_hidden: bool = False,
+                 engine_params: dict | None = None) -> Generation:
     """:func:`generate` from left-padded token ids (N, P) and their bool mask: the entry point for
     samplers that build contexts token by token (a prompt plus a prefix or a hint)."""
     if engine not in ENGINES:
@@ -81,16 +94,70 @@ def generate_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pro
     sampler = _Sampler(temp, top_p, top_k, do_sample, seed, device)
     was_training = model.training
     model.eval()
+    capture = _HiddenCapture(model, prompt_ids.shape[0], max_new_tokens) if keep_hidden else None
     try:
-        run = _decode_loop if engine == "loop" else _decode_hf
-        tokens, logprobs = run(model, prompt_ids, prompt_mask, max_new_tokens, sampler, pad_id, eos_ids)
+        run, stateful = _runner(engine, model, engine_params)
+        tokens, logprobs = run(model, prompt_ids, prompt_mask, max_new_tokens, sampler, pad_id, eos_ids, capture)
     finally:
         model.train(was_training)
+        if capture is not None:
+            capture.close()
     mask = _mask_through_first_eos(tokens, eos_ids)  # (N, T)
     tokens = torch.where(mask, tokens, torch.full_like(tokens, pad_id))
     logprobs = torch.where(mask, logprobs, torch.zeros_like(logprobs))
     texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
-    return Generation(prompt_ids, prompt_mask, tokens, mask, logprobs, texts)
+    hidden = None if capture is None else capture.hidden[:, :tokens.shape[1]] * mask.unsqueeze(-1)  # (N, T, H)
+    stats = dict(stateful.last_stats) if stateful is not None else {}
+    return Generation(prompt_ids, prompt_mask, tokens, mask, logprobs, texts, hidden, stats)
+
+
+def _runner(engine: str, model: PreTrainedModel, params: dict | None) -> tuple[Any, Any]:
+    """The decode function of ``engine`` and, for stateful engines, the object holding its state
+    (one per policy, kept across calls: SpecRoll's heads, vLLM's LLM)."""
+    if engine in ("loop", "hf"):
+        if params:
+            raise ValueError(f"generate: engine '{engine}' takes no engine_params, got {sorted(params)}")
+        return (_decode_loop if engine == "loop" else _decode_hf), None
+    if engine == "specroll":
+        from rlvr.rollout.speculative import engine_for
+    else:
+        from rlvr.rollout.vllm_engine import engine_for
+    state = engine_for(model, params)
+    return state.decode, state
+
+
+def check_engine(engine: str, params: dict | None) -> None:
+    """Fail fast (at config time) on an unknown engine or invalid ``engine_params``."""
+    if engine not in ENGINES:
+        raise ValueError(f"rollout.engine: unknown engine '{engine}'; valid: {', '.join(ENGINES)}")
+    if engine in ("loop", "hf") and params:
+        raise ValueError(f"rollout.engine_params: engine '{engine}' takes none, got {sorted(params)}")
+    if engine == "specroll":
+        from rlvr.rollout.speculative import check_params
+        check_params(params)
+    elif engine == "vllm":
+        from rlvr.rollout.vllm_engine import check_params
+        check_params(params)
+
+
+class _HiddenCapture:
+    """A forward hook on the output layer that keeps its input at the last position of every call
+    (the hidden state h_t that produced token t); ``store(rows, t)`` files the latest one."""
+
+    def __init__(self, model: PreTrainedModel, n: int, max_new_tokens: int) -> None:
+        head = model.get_output_embeddings()
+        if head is None:
+            raise ValueError("generate: keep_hidden needs a model with an output layer (get_output_embeddings)")
+        self.hidden = torch.zeros((n, max_new_tokens, head.weight.shape[1]), dtype=torch.float32,
+                                  device=head.weight.device)  # (N, T, H)
+        self.calls: list[Tensor] = []
+        self.handle = head.register_forward_hook(lambda _m, inputs, _out: self.calls.append(inputs[0][:, -1].float()))
+
+    def store(self, rows: Tensor, t: int) -> None:
+        self.hidden[rows, t] = self.calls.pop()  # (B, H): the forward that produced step t's logits
+
+    def close(self) -> None:
+        self.handle.remove()
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> tuple[Tensor, Tensor]:
@@ -142,7 +209,8 @@ def _filter(logp: Tensor, top_k: int, top_p: float) -> Tensor:
 
 
 def _decode_loop(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
-                 sampler: _Sampler, pad_id: int, eos_ids: Tensor) -> tuple[Tensor, Tensor]:
+                 sampler: _Sampler, pad_id: int, eos_ids: Tensor,
+                 capture: _HiddenCapture | None = None) -> tuple[Tensor, Tensor]:
     """Decode with a DynamicCache; rows that have finished are dropped from the batch (and their
     cache) once they are a quarter of it, so short completions stop costing compute."""
     n, dev = prompt_ids.shape[0], prompt_ids.device
@@ -160,6 +228,8 @@ def _decode_loop(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor
     for t in range(max_new_tokens):
         token, lp = sampler(logits)  # (B,), (B,)
         tokens[rows, t], logprobs[rows, t] = token, lp  # tokens after a row's eos are masked later
+        if capture is not None:
+            capture.store(rows, t)
         steps = t + 1
         finished = finished | torch.isin(token, eos_ids)
         n_done = int(finished.sum())
@@ -177,7 +247,8 @@ def _decode_loop(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor
 
 
 def _decode_hf(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
-               sampler: _Sampler, pad_id: int, eos_ids: Tensor) -> tuple[Tensor, Tensor]:
+               sampler: _Sampler, pad_id: int, eos_ids: Tensor,
+               capture: _HiddenCapture | None = None) -> tuple[Tensor, Tensor]:
     config = GenerationConfig(
         max_new_tokens=max_new_tokens, do_sample=sampler.do_sample, use_cache=True,
         temperature=sampler.temperature if sampler.do_sample else None,
@@ -190,6 +261,9 @@ def _decode_hf(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, 
             torch.manual_seed(int(sampler.gen.initial_seed()))
         out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask.long(), generation_config=config)
     tokens = out.sequences[:, prompt_ids.shape[1]:]  # (N, T)
+    if capture is not None:  # generate keeps every row: one output-layer call per generated token
+        for t, h in enumerate(capture.calls[:tokens.shape[1]]):
+            capture.hidden[:, t] = h
     if tokens.shape[1] == 0:
         return tokens, torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
     logits = torch.stack(out.logits, dim=1).float() / sampler.temperature  # (N, T, V) raw, then scaled

@@ -15,4 +15,9 @@ class Selector(Plugin, ABC):
         """``n`` problems for ``step``; the same (step, seed) gives the same problems (exact resume)."""
 
     def observe(self, feedback: dict[str, Any]) -> None:
-        """Learn from the step's results (rewards per problem); stateless selectors ignore it."""
+        """Learn from the step's results; stateless selectors ignore it.
+
+        Keys: ``problems`` (N,) and ``rewards`` (N, K) of the trained batch; ``meta`` (the batch's
+        meta, e.g. shapers' per-group notes); ``metrics`` (the step's metric dict: read the update
+        size from it — ``loss/approx_kl``, ``optim/grad_norm`` — and add ``select/...`` diagnostics).
+        """

@@ -3,6 +3,7 @@
 from rlvr.tasks.base import SPLITS, Task, TaskConfig, answer_after_marker, prompt_hash
 from rlvr.tasks.safe import safe_verify, verify_all
 from rlvr.tasks import arithmetic, countdown, dataset  # noqa: F401  (registers the tasks)
+from rlvr.tasks import chess_puzzles  # noqa: F401  (registers chess_puzzles; python-chess is imported on use)
 from rlvr.tasks.arithmetic import Arithmetic
 from rlvr.tasks.countdown import Countdown
 from rlvr.tasks.dataset import Dataset, read_table
@@ -11,3 +12,4 @@ __all__ = [
     "SPLITS", "Arithmetic", "Countdown", "Dataset", "Task", "TaskConfig", "answer_after_marker",
     "prompt_hash", "read_table", "safe_verify", "verify_all",
 ]
+from rlvr import envs  # noqa: E402,F401  (registers the environment-backed tasks)

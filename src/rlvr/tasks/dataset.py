@@ -12,6 +12,7 @@ from typing import Any
 
 from rlvr.registry import param, register
 from rlvr.tasks.base import Task, TaskConfig, _check_split, prompt_hash
+from rlvr.tasks.safe import safe_verify
 from rlvr.types import Problem, Score
 
 
@@ -21,7 +22,8 @@ class DatasetConfig(TaskConfig):
     test_path: str = param("", "held-out file; empty = hold out test_fraction of `path` by prompt hash "
                                 "(a saved DatasetDict's 'test' split is used when present)")
     prompt_column: str = param("prompt", "column with the prompt text")
-    answer_column: str = param("answer", "column with the gold answer")
+    answer_column: str = param("answer", "column with the gold answer; '' = a label-free dataset (no answers; "
+                                         "rows whose answer is null are label-free too)")
     solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
     timeout_s: float = param(5.0, "time limit of one answer check, in seconds")
     verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact")
@@ -35,7 +37,9 @@ class Dataset(Task):
     there; otherwise a row is held out when its prompt hash falls in ``test_fraction``.
     ``problems(n, seed)`` returns a seeded shuffle of the split's rows, cycling when n exceeds
     them. Answers are checked by the verifier named in ``verifier`` (default ``math_verify``),
-    which enforces ``timeout_s`` itself from any thread (rlvr.rewards.verifiers).
+    which enforces ``timeout_s`` itself from any thread (rlvr.rewards.verifiers). A problem without
+    a gold answer (label-free) scores 0 with ``Score.parsed`` still read by that verifier's rules
+    (and ``meta["no_gold"]``), so consensus rewards (ttrl, om_grpo) can vote on it.
     """
 
     Config = DatasetConfig
@@ -76,6 +80,9 @@ class Dataset(Task):
             from rlvr.registry import build
 
             self._verifier = build("verifier", self.config.verifier, timeout_s=self.config.timeout_s)
+        if problem.answer is None:  # label-free: no verdict, but the answer is still read
+            return safe_verify(lambda _, text: Score(0.0, parse_only(self._verifier, text), {"no_gold": True}),
+                               problem, completion, self._verifier.config.timeout_s, self._verifier.config.isolation)
         return self._verifier.score(problem, completion)
 
     def demonstration(self, problem: Problem) -> str:
@@ -103,15 +110,17 @@ class Dataset(Task):
         cfg = self.config
         columns = set(rows[0]) if rows else set()
         for col in (cfg.prompt_column, cfg.answer_column):
-            if col not in columns:
+            if col and col not in columns:
+                hint = "; for a dataset without answers set answer_column: ''" if col == cfg.answer_column else ""
                 raise ValueError(f"dataset task: column '{col}' is missing in {source} "
-                                 f"(columns: {sorted(columns) or 'none, the file is empty'})")
+                                 f"(columns: {sorted(columns) or 'none, the file is empty'}){hint}")
         out = []
         for i, row in enumerate(rows):
             prompt, solution = str(row[cfg.prompt_column]), row.get(cfg.solution_column)
             uid = f"dataset:{prompt_hash(prompt):016x}"
-            out.append(Problem(prompt, str(row[cfg.answer_column]), None if solution is None else str(solution),
-                               uid, {"row": i, "source": source}))
+            answer = row.get(cfg.answer_column) if cfg.answer_column else None
+            out.append(Problem(prompt, None if answer is None else str(answer),
+                               None if solution is None else str(solution), uid, {"row": i, "source": source}))
         return out
 
 
@@ -143,3 +152,29 @@ def read_table(path: str) -> dict[str, list[dict[str, Any]]]:
                     raise ValueError(f"{p}: line {n} is not valid JSON ({err.msg})") from None
         return {"train": rows}
     raise ValueError(f"dataset file {p}: unsupported format '{p.suffix}'; use .jsonl, .parquet or a save_to_disk folder")
+
+
+def parse_only(verifier: Any, completion: str) -> str | None:
+    """The answer ``verifier`` would compare, in a canonical form, with no gold answer to compare it to:
+    math-verify's parse (as its ``Score.parsed``), the number for ``numeric`` (``632.0`` → ``632``),
+    the normalised extracted text otherwise."""
+    from rlvr.rewards.answer import normalise, strip_confidence
+    from rlvr.rewards.verifiers import MathVerifyVerifier, NumericVerifier, last_number, nesting_depth, to_number
+
+    cfg = verifier.config
+    if len(completion) > cfg.max_chars or nesting_depth(completion) > cfg.max_nesting:
+        return None
+    region = verifier.answer(strip_confidence(completion) if cfg.strip_confidence else completion)
+    if region is None:
+        return None
+    if isinstance(verifier, MathVerifyVerifier):
+        from math_verify import parse
+        pred = parse(region, parsing_timeout=None)
+        return str(pred[-1]) if pred else None
+    if isinstance(verifier, NumericVerifier):
+        found = last_number(region)
+        value = to_number(found) if found is not None else None
+        if value is None or value != value or value in (float("inf"), float("-inf")):
+            return None
+        return str(int(value)) if value.is_integer() else repr(value)
+    return normalise(region) or None

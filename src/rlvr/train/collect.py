@@ -38,8 +38,10 @@ class Collector:
 
     def collect(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
         parts, kept, stats = [], 0, {"rollout/rounds": 0.0, "rollout/sampled_rows": 0.0}
+        first_shaped = None
         for round_ in range(1 + self.cfg.refill_rounds):
-            batch, raw = self._one_round(model, step, round_)
+            batch, shaped, raw = self._one_round(model, step, round_)
+            first_shaped = shaped if first_shaped is None else first_shaped
             stats["rollout/rounds"] += 1
             stats["rollout/sampled_rows"] += raw.num_rows
             if round_ == 0:
@@ -50,14 +52,15 @@ class Collector:
                 kept += int(torch.unique(batch.group_ids).numel())
             if kept >= self.local_prompts:
                 break
-        if not parts:  # every group was filtered out: train on the unfiltered first round
-            parts, stats["rollout/all_filtered"] = [raw], 1.0
+        if not parts:  # every group was filtered out: train on the shaped, unfiltered first round
+            parts, stats["rollout/all_filtered"] = [first_shaped], 1.0
         out = concat_rollouts(parts, self.tokenizer.pad_token_id)
         out = _keep_first_groups(out, self.local_prompts)
         stats["rollout/kept_groups"] = float(torch.unique(out.group_ids).numel())
         return out, stats
 
-    def _one_round(self, model: torch.nn.Module, step: int, round_: int) -> tuple[Rollouts, Rollouts]:
+    def _one_round(self, model: torch.nn.Module, step: int, round_: int) -> tuple[Rollouts, Rollouts, Rollouts]:
+        """(filtered, shaped, verified) batches of one sampling round."""
         with self.timer("select"):
             seed = step_seed(self.seed, step, 0, round_)
             problems = self.selector.select(self.task, self.cfg.prompts_per_step, step, seed)
@@ -71,10 +74,11 @@ class Collector:
             for shaper in self.shapers:  # a shaper that reads the policy (GAR) declares needs_policy
                 batch = shaper(batch, policy=model, tokenizer=self.tokenizer) \
                     if getattr(shaper, "needs_policy", False) else shaper(batch)
+        shaped = batch
         with self.timer("refine"):
             for flt in self.filters:
                 batch = flt(batch)
-        return batch, raw
+        return batch, shaped, raw
 
     def _generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
         ctx = SampleContext(tokenizer=self.tokenizer, rollout=self.cfg, seed=seed,

@@ -71,8 +71,13 @@ class RolloutConfig:
     top_k: int = param(0, "top-k sampling (0 = off)")
     refill_rounds: int = param(0, "DAPO dynamic sampling: extra sampling rounds to refill groups the filters drop")
     verify_timeout_s: float = param(5.0, "time limit of one verifier call; a timeout scores 0")
+    engine: str = param("loop", "generation engine: loop | hf | specroll (speculative, exact) | vllm (GPU extra)")
+    engine_params: dict = param({}, "options of the engine: specroll (rlvr.rollout.speculative.SpecRollConfig), "
+                                    "vllm (rlvr.rollout.vllm_engine.VLLMConfig)")
 
     def __post_init__(self) -> None:
+        from rlvr.rollout.hf import check_engine  # lazy: the config module stays free of torch at import
+        check_engine(self.engine, self.engine_params)
         if self.group_size < 1 or self.prompts_per_step < 1:
             raise ValueError(f"rollout.group_size and rollout.prompts_per_step must be >= 1, "
                              f"got {self.group_size}, {self.prompts_per_step}")

@@ -139,7 +139,7 @@ class Trainer:
         if self.critic is not None:
             metrics.update(self._critic_update(batch, warm))
         with self.timer("observe"):
-            self.parts["selector"].observe({"problems": batch.problems, "rewards": batch.rewards})
+            self.parts["selector"].observe({"problems": batch.problems, "rewards": batch.rewards, "meta": batch.meta, "metrics": metrics})
         metrics.update(self.timer.pop())
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
         return self._mean_over_ranks(metrics), batch
@@ -177,7 +177,8 @@ class Trainer:
         inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
                                  token_rewards=batch.token_rewards, values=batch.values,
                                  logprobs=batch.rollout_logprobs, first_mistake=self._first_mistakes(batch),
-                                 reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None)
+                                 reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None,
+                                 **_sampler_structure(batch))
         result = self.parts["advantage"](inputs)
         batch.advantages = result.advantages
         if self.critic is not None:  # value targets: the estimator's returns, else Monte-Carlo
@@ -346,6 +347,22 @@ class Trainer:
 
 
 _ADDITIVE = {"loss/total", "loss/policy", "loss/kl", "loss/entropy"}
+_STRUCTURE = ("plan_ids", "role_mask", "turn_baselines")  # row-aligned tensors a sampler may put in meta
+
+
+def _sampler_structure(batch: Rollouts) -> dict[str, torch.Tensor]:
+    """Plan ids, role masks and counterfactual baselines a sampler filed in ``batch.meta`` (multi_turn),
+    on the batch's device; meta is not re-sliced when a filter drops rows, so a mismatch is an error."""
+    out = {}
+    for key in _STRUCTURE:
+        value = batch.meta.get(key)
+        if value is None:
+            continue
+        if value.shape[0] != batch.num_rows:
+            raise ConfigError(f"batch.meta['{key}'] has {value.shape[0]} rows but the batch has {batch.num_rows}: "
+                              f"a filter or refill round changed the rows after the sampler (use none with it)")
+        out[key] = value.to(batch.completion_mask.device)
+    return out
 
 
 def _samples(batch: Rollouts, n: int) -> list[dict[str, Any]]:

@@ -63,14 +63,24 @@ def sample_plain(model: torch.nn.Module, rows: list[Problem], ctx: SampleContext
     r = ctx.rollout
     prompts = [format_prompt(ctx.tokenizer, p.prompt) for p in rows]
     return generate(model, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                    top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed)
+                    top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed, **engine_kwargs(r))
+
+
+def engine_kwargs(rollout: Any) -> dict[str, Any]:
+    """``engine`` and ``engine_params`` of the run's RolloutConfig, for ``generate`` / ``generate_ids``
+    (the default loop engine for configs that predate them)."""
+    return {"engine": getattr(rollout, "engine", "loop"), "engine_params": getattr(rollout, "engine_params", None)}
 
 
 def generation_rollouts(rows: list[Problem], gen: Generation, group_ids: Tensor) -> Rollouts:
-    """A plain batch: every generated token is on-policy and trained."""
-    return Rollouts(problems=rows, prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
-                    completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
-                    group_ids=group_ids, rollout_logprobs=gen.logprobs, texts=list(gen.texts))
+    """A plain batch: every generated token is on-policy and trained (engine statistics, e.g.
+    SpecRoll's acceptance, go to ``meta["sampler_metrics"]``)."""
+    batch = Rollouts(problems=rows, prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
+                     completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
+                     group_ids=group_ids, rollout_logprobs=gen.logprobs, texts=list(gen.texts))
+    if getattr(gen, "stats", None):
+        batch.meta["sampler_metrics"] = dict(gen.stats)
+    return batch
 
 
 def row_group_ids(per_problem: int, n_problems: int, offset: int) -> Tensor:
@@ -129,8 +139,8 @@ def join_completions(fixed: Sequence[Sequence[int]], fixed_origin: Origin, gen: 
 
 
 def trained_mask(real: Tensor, origin: Tensor) -> Tensor:
-    """(N, T) bool: real tokens whose origin is trained (everything but PREFIX and HINT)."""
-    untrained = (origin == int(Origin.PREFIX)) | (origin == int(Origin.HINT))
+    """(N, T) bool: real tokens whose origin is trained (everything but PREFIX, HINT and ENV)."""
+    untrained = (origin == int(Origin.PREFIX)) | (origin == int(Origin.HINT)) | (origin == int(Origin.ENV))
     return real & ~untrained
 
 

@@ -10,8 +10,8 @@ from rlvr.models import format_prompt
 from rlvr.registry import param, register
 from rlvr.rollout.hf import encode_prompts, generate_ids
 from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, behaviour_logprobs, check_range,
-                                        extend_contexts, generation_rollouts, join_completions, row_group_ids,
-                                        sample_plain, text_cut_at_boundary, trained_mask, uniform_fractions)
+                                        engine_kwargs, extend_contexts, generation_rollouts, join_completions,
+                                        row_group_ids, sample_plain, text_cut_at_boundary, trained_mask, uniform_fractions)
 from rlvr.types import Origin, Problem, Rollouts
 
 GUIDE_WHEN = ("all_zero_groups", "fixed_ratio")
@@ -146,7 +146,7 @@ class HintSampler(Sampler):
                         for h in hints]
             ctx_ids, ctx_mask = extend_contexts(base_ids, base_mask, hint_ids, tok.pad_token_id)
         gen = generate_ids(policy, tok, ctx_ids, ctx_mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919)
+                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919, **engine_kwargs(r))
         texts = [(tok.decode(h, skip_special_tokens=True) if h else "") + y for h, y in zip(hint_ids, gen.texts)]
         has_hint = torch.tensor([bool(h) for h in hints])  # (N_g,)
         if cfg.hint_in_target == "masked":

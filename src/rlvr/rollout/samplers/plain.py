@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from rlvr.registry import register
-from rlvr.rollout.samplers.base import SampleContext, Sampler, generation_rollouts, row_group_ids, sample_plain
+from rlvr.models import format_prompt
+from rlvr.registry import param, register
+from rlvr.rollout.hf import generate
+from rlvr.rollout.samplers.base import (
+    SampleContext, Sampler, engine_kwargs, generation_rollouts, row_group_ids, sample_plain,
+)
 from rlvr.types import Problem, Rollouts
+
+
+@dataclass(frozen=True)
+class PlainConfig:
+    keep_hidden: bool = param(False, "also keep the output layer's inputs of every generated token in "
+                                     "meta['hidden'] (N, T, H) float32, for shapers that read them (GAR)")
 
 
 @register("sampler", "plain")
@@ -15,11 +27,24 @@ class PlainSampler(Sampler):
 
     Every guided sampler reduces to this one, token for token, when its guidance fraction is 0.
 
-    Shapes: B problems → N = B·G rows; completion ids / mask (N, T).
+    Shapes: B problems → N = B·G rows; completion ids / mask (N, T); with ``keep_hidden``,
+    ``meta["hidden"]`` (N, T, H) (row-aligned until a filter drops rows; GAR pops it while shaping).
     """
+
+    Config = PlainConfig
 
     def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,
                ctx: SampleContext) -> Rollouts:
         rows = [p for p in problems for _ in range(group_size)]
-        gen = sample_plain(policy, rows, ctx, ctx.seed)
-        return generation_rollouts(rows, gen, row_group_ids(group_size, len(problems), ctx.group_offset))
+        if not self.config.keep_hidden:
+            gen = sample_plain(policy, rows, ctx, ctx.seed)
+        else:
+            r = ctx.rollout
+            prompts = [format_prompt(ctx.tokenizer, p.prompt) for p in rows]
+            gen = generate(policy, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed, keep_hidden=True,
+                           **engine_kwargs(r))
+        batch = generation_rollouts(rows, gen, row_group_ids(group_size, len(problems), ctx.group_offset))
+        if gen.hidden is not None:
+            batch.meta["hidden"] = gen.hidden  # (N, T, H)
+        return batch

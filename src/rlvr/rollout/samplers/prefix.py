@@ -10,8 +10,8 @@ import torch
 from rlvr.registry import param, register
 from rlvr.rollout.hf import generate_ids
 from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, check_range, cut_at_boundary,
-                                        extend_contexts, generation_rollouts, join_completions, row_group_ids,
-                                        sample_plain, trained_mask, uniform_fractions)
+                                        engine_kwargs, extend_contexts, generation_rollouts, join_completions,
+                                        row_group_ids, sample_plain, trained_mask, uniform_fractions)
 from rlvr.types import Origin, Problem, Rollouts
 
 
@@ -98,7 +98,7 @@ class WeakPrefixSampler(Sampler):
         ids, mask = extend_contexts(weak_gen.prompt_ids.cpu(), weak_gen.prompt_mask.cpu(), prefixes,
                                     tok.pad_token_id)
         gen = generate_ids(policy, tok, ids, mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919)
+                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919, **engine_kwargs(r))
         comp, real, origin, logp = join_completions(prefixes, Origin.PREFIX, gen, tok.pad_token_id)
         out = Rollouts(problems=rows, prompt_ids=weak_gen.prompt_ids.cpu(), prompt_mask=weak_gen.prompt_mask.cpu(),
                        completion_ids=comp, completion_mask=trained_mask(real, origin),

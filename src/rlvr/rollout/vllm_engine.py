@@ -1,0 +1,229 @@
+"""vLLM generation engine (optional GPU extra): ``rollout.engine: vllm``.
+
+The policy stays a Hugging Face model that the trainer updates; a colocated ``vllm.LLM`` built from
+the same checkpoint generates. Weights flow one way, trainer → vLLM, through
+:func:`sync_weights`. With ``sync: auto`` (the default) the engine pushes them itself, before a
+generate call, whenever the policy's parameters changed since the last push — it compares the
+parameters' in-place version counters, which every optimizer step bumps — so the trainer needs no
+hook: a rollout always sees the weights of the latest update. ``sync: manual`` leaves the call to
+the user (``sync_weights(policy)`` after ``optimizer.step()``).
+
+vLLM's kernels and sampler differ numerically from the trainer's forward, so its log-probs
+(``Generation.logprobs`` → ``Rollouts.rollout_logprobs``) differ slightly from the trainer's
+``old_logprobs``. Correct the bias with the ``ppo_clip_is`` loss (:mod:`rlvr.losses.rollout_is`:
+truncated or masked importance weights ``exp(old − rollout)``, per token or per sequence).
+
+Log-probs: vLLM is asked for ``processed_logprobs`` (after temperature). Without top-k / top-p this
+is hf.py's convention, ``log softmax(z / T)[y]``; with filters vLLM reports the filtered
+distribution, which is the one that really sampled the token — the importance weight then
+measures the filter too.
+
+Install on a GPU machine: ``pip install vllm`` (in the same environment as rlvr; vLLM pins its own
+torch, so install it first or in a fresh virtualenv), then ``pytest tests/test_vllm_engine.py``.
+Nothing here imports vLLM until an engine is built, so the rest of rlvr never needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from rlvr.registry import RegistryError, make_config, param
+
+SYNC_MODES = ("auto", "manual")
+
+
+class VLLMUnavailableError(ImportError, ValueError):
+    """``engine: vllm`` was asked for where vLLM cannot be imported (an invalid engine here)."""
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    gpu_memory_utilization: float = param(0.3, "share of GPU memory vLLM may take (the trainer shares the GPU)")
+    dtype: str = param("auto", "vLLM weight dtype: auto | bfloat16 | float16 | float32")
+    max_model_len: int = param(0, "context length vLLM reserves (0 = the model's own)")
+    tensor_parallel_size: int = param(1, "GPUs per vLLM instance")
+    enforce_eager: bool = param(True, "skip CUDA-graph capture (faster start, slower decode)")
+    logprobs_mode: str = param("processed_logprobs", "vLLM logprobs_mode ('' = vLLM's default, raw logits)")
+    sync: str = param("auto", "weight sync: 'auto' (push before a generate call when the policy changed) | "
+                              "'manual' (call rlvr.rollout.vllm_engine.sync_weights after each update)")
+    seed: int = param(0, "vLLM engine seed (each request also gets its own seed)")
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNC_MODES:
+            raise ValueError(f"vllm: sync must be one of {SYNC_MODES}, got '{self.sync}'")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0 or self.tensor_parallel_size < 1 or self.max_model_len < 0:
+            raise ValueError("vllm: need 0 < gpu_memory_utilization <= 1, tensor_parallel_size >= 1, "
+                             "max_model_len >= 0")
+
+
+class VLLMEngine:
+    """A colocated ``vllm.LLM`` mirroring one policy; ``decode`` plugs into ``hf.generate_ids``.
+
+    Shapes: prompt ids / mask (N, P) → tokens, log-probs (N, T).
+    """
+
+    def __init__(self, model: torch.nn.Module, config: VLLMConfig) -> None:
+        self.config = config
+        self.llm = _build_llm(model, config)
+        self.synced_version = parameter_versions(model)  # the LLM was built from these weights
+        self.syncs = 0
+        self.last_stats: dict[str, float] = {}
+
+    def decode(self, model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
+               sampler: Any, pad_id: int, eos_ids: Tensor, capture: Any = None) -> tuple[Tensor, Tensor]:
+        if capture is not None:
+            raise ValueError("generate: keep_hidden is not supported by the vllm engine")
+        synced = 0.0
+        if self.config.sync == "auto" and parameter_versions(model) != self.synced_version:
+            self.sync(model)
+            synced = 1.0
+        from vllm import SamplingParams
+        prompts = [{"prompt_token_ids": ids} for ids in unpad_prompts(prompt_ids, prompt_mask)]
+        base = None if sampler.gen is None else int(sampler.gen.initial_seed())
+        params = [SamplingParams(n=1, max_tokens=max_new_tokens, logprobs=0, detokenize=False,
+                                 stop_token_ids=eos_ids.tolist(), seed=None if base is None else base + i,
+                                 **sampling_kwargs(sampler)) for i in range(len(prompts))]
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+        token_lists = [list(o.outputs[0].token_ids) for o in outputs]
+        logprob_lists = [sampled_logprobs(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in outputs]
+        self.last_stats = {"rollout/vllm_weight_syncs": synced}
+        return pad_completions(token_lists, logprob_lists, pad_id, prompt_ids.device)
+
+    def sync(self, model: torch.nn.Module) -> None:
+        """Copy the policy's current weights into vLLM and drop its prefix cache."""
+        load_into_vllm(self.llm, named_weights(model))
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()
+        self.synced_version = parameter_versions(model)
+        self.syncs += 1
+
+
+# --- pure helpers (CPU-testable without vLLM) ----------------------------------------------------
+
+def sampling_kwargs(sampler: Any) -> dict[str, Any]:
+    """hf.py sampler settings → vLLM ``SamplingParams`` keywords (greedy = temperature 0)."""
+    if not sampler.do_sample:
+        return {"temperature": 0.0}
+    return {"temperature": float(sampler.temperature), "top_p": float(sampler.top_p),
+            "top_k": int(sampler.top_k) if sampler.top_k > 0 else -1}
+
+
+def unpad_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> list[list[int]]:
+    """Left-padded (N, P) ids and bool mask → each row's real token ids."""
+    return [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(prompt_ids.tolist(), prompt_mask.tolist())]
+
+
+def sampled_logprobs(token_ids: Sequence[int], logprobs: Sequence[dict] | None) -> list[float]:
+    """Log-prob of each sampled token from vLLM's per-position ``{token id: Logprob}`` dicts."""
+    if logprobs is None:
+        raise ValueError("vllm: no log-probs came back; the request must set logprobs=0")
+    out = []
+    for tok, entry in zip(token_ids, logprobs):
+        item = entry[tok]
+        out.append(float(getattr(item, "logprob", item)))
+    return out
+
+
+def pad_completions(token_lists: list[list[int]], logprob_lists: list[list[float]], pad_id: int,
+                    device: torch.device) -> tuple[Tensor, Tensor]:
+    """Right-padded ids (N, T) and float32 log-probs (N, T) (0 on padding), T = the longest row."""
+    width = max((len(t) for t in token_lists), default=0)
+    ids = torch.full((len(token_lists), width), pad_id, dtype=torch.long)
+    logp = torch.zeros((len(token_lists), width), dtype=torch.float32)
+    for i, (toks, lps) in enumerate(zip(token_lists, logprob_lists)):
+        ids[i, :len(toks)] = torch.tensor(toks, dtype=torch.long)
+        logp[i, :len(lps)] = torch.tensor(lps, dtype=torch.float32)
+    return ids.to(device), logp.to(device)
+
+
+def parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
+    """In-place version counter of every parameter: changes whenever an optimizer step (or any
+    in-place write) touched the weights, so equal tuples mean vLLM still holds the same weights."""
+    return tuple(p._version for p in model.parameters())
+
+
+def named_weights(model: torch.nn.Module) -> Iterable[tuple[str, Tensor]]:
+    """(name, tensor) pairs in Hugging Face naming (vLLM's ``load_weights`` maps them), unwrapped
+    from DDP / accelerate; tied weights appear under every name, as in a checkpoint."""
+    inner = getattr(model, "module", model)
+    for name, tensor in inner.state_dict().items():
+        yield name, tensor.detach()
+
+
+# --- vLLM plumbing (GPU only) ----------------------------------------------------------------------
+
+def _build_llm(model: torch.nn.Module, config: VLLMConfig) -> Any:
+    """A colocated, in-process ``vllm.LLM`` from the policy's checkpoint (saved to a temporary
+    folder when the policy was built in memory, like the tiny testbed model)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights load by reference
+    try:
+        from vllm import LLM
+    except ImportError as err:
+        raise VLLMUnavailableError(f"generate: engine 'vllm' needs the vllm package (pip install vllm on a GPU "
+                                   f"machine): {err}") from err
+    path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    if not os.path.isdir(path):
+        path = tempfile.mkdtemp(prefix="rlvr_vllm_")
+        getattr(model, "module", model).save_pretrained(path)
+    kwargs: dict[str, Any] = {"model": path, "skip_tokenizer_init": True, "dtype": config.dtype,
+                              "gpu_memory_utilization": config.gpu_memory_utilization,
+                              "tensor_parallel_size": config.tensor_parallel_size,
+                              "enforce_eager": config.enforce_eager, "seed": config.seed}
+    if config.max_model_len:
+        kwargs["max_model_len"] = config.max_model_len
+    if config.logprobs_mode:
+        kwargs["logprobs_mode"] = config.logprobs_mode
+    return LLM(**kwargs)
+
+
+def load_into_vllm(llm: Any, weights: Iterable[tuple[str, Tensor]]) -> None:
+    """``load_weights`` on vLLM's model, wherever this vLLM version keeps it."""
+    weights = list(weights)
+    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
+    worker = getattr(executor, "driver_worker", None)
+    for runner_owner in (worker, getattr(worker, "worker", None)):
+        runner = getattr(runner_owner, "model_runner", None)
+        if runner is not None and hasattr(getattr(runner, "model", None), "load_weights"):
+            runner.model.load_weights(weights)
+            return
+    if hasattr(llm, "apply_model"):  # newer vLLM: run a function on the model in every worker
+        llm.apply_model(lambda m: m.load_weights(weights))
+        return
+    raise RuntimeError("vllm: could not find the model inside this vLLM version to load weights into")
+
+
+def sync_weights(model: torch.nn.Module) -> bool:
+    """Push ``model``'s current weights into its vLLM engine (if it has one); True if pushed.
+    Call after ``optimizer.step()`` when ``engine_params.sync`` is 'manual'."""
+    engine = _ENGINES.get(getattr(model, "module", model))
+    if engine is None:
+        return False
+    engine.sync(getattr(model, "module", model))
+    return True
+
+
+_ENGINES: "weakref.WeakKeyDictionary[torch.nn.Module, VLLMEngine]" = weakref.WeakKeyDictionary()
+
+
+def engine_for(model: torch.nn.Module, params: dict | None = None) -> VLLMEngine:
+    """The vLLM engine of ``model``, built on first use (minutes: vLLM loads and profiles)."""
+    config = make_config(VLLMConfig, dict(params or {}), where="rollout.engine_params (vllm)")
+    engine = _ENGINES.get(model)
+    if engine is None or asdict(engine.config) != asdict(config):
+        engine = _ENGINES[model] = VLLMEngine(model, config)
+    return engine
+
+
+def check_params(params: dict | None) -> None:
+    """Fail fast on unknown or invalid ``rollout.engine_params`` for vLLM (a ValueError)."""
+    try:
+        make_config(VLLMConfig, dict(params or {}), where="rollout.engine_params (vllm)")
+    except RegistryError as err:
+        raise ValueError(str(err)) from None

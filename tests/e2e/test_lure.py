@@ -1,0 +1,78 @@
+"""Tiny-model runs of the LURE preset: self-play metrics, the round-anchored KL, checkpoints, resume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from rlvr.optim.lure import LURETrainer
+from rlvr.train.checkpoint import latest_checkpoint
+from rlvr.train.logging import read_metrics
+from rlvr.train.run import make_trainer, train_run
+
+from tests.e2e.tiny import tiny_config
+
+PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "methods" / "lure.yaml")
+# Small self-play; a short warm start so proposals name levels; an entropy bonus so every step moves
+# the weights (the KL to the round's anchor is then > 0 after its first step).
+SMALL = ["optim.params.warm_start_steps=10", "optim.params.warm_start_batch=8", "optim.params.evader_group=2",
+         "optim.params.captures_per_task=2", "optim.params.max_turns=3", "optim.params.turn_tokens=10",
+         "algorithm.entropy_coef=0.01"]
+
+
+def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_lure_preset_self_plays_with_a_round_anchored_kl(tmp_path):
+    cfg = tiny_config(tmp_path, ["run.steps=3", "optim.params.round_steps=2", *SMALL], path=PRESET)
+    summary = train_run(cfg)
+    assert summary["steps"] == 3 and summary["stopped_by"] == "steps" and "accuracy_after" in summary
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for key in ("reward/mean", "lure/evader_reward", "lure/valid_frac", "lure/capture_rate", "lure/anchored",
+                "lure/level/lure_arithmetic", "lure/capture_rate/lure_countdown", "lure/progress/lure_arithmetic",
+                "loss/kl", "adv/abs_mean", "timing/rollout", "rollout/turns_mean/lure_countdown"):
+        assert key in rows[-1], key
+    assert all(math.isfinite(r["loss/total"]) for r in rows)
+    # rounds of 2 steps: the reference is re-anchored at steps 1 and 3, where the KL is exactly 0
+    assert [r["lure/anchored"] for r in rows] == [1.0, 0.0, 1.0]
+    assert rows[0]["loss/kl"] == 0.0 and rows[2]["loss/kl"] == 0.0 and rows[1]["loss/kl"] > 0.0
+    # 2 environments x 1 evader prompt x G = 2 proposals, each pursued M = 2 times: 4 + 8 rows
+    assert rows[0]["rollout/sampled_rows"] == 12
+    assert latest_checkpoint(tmp_path) is not None and (tmp_path / "reference" / "model.safetensors").exists()
+
+
+def test_lure_resume_mid_round_is_exact(tmp_path, monkeypatch):
+    overrides = ["run.steps=4", "run.save_every=2", "optim.params.round_steps=3", *SMALL]
+    full = make_trainer(tiny_config(tmp_path / "full", overrides, path=PRESET))
+    assert isinstance(full, LURETrainer)
+    full.train()
+    expected = _params(full.policy)
+
+    crashed = make_trainer(tiny_config(tmp_path / "crash", overrides, path=PRESET))
+    original = LURETrainer.train_step
+    calls = {"n": 0}
+
+    def crash_at_third(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated kill during step 3")
+        return original(self)
+
+    monkeypatch.setattr(LURETrainer, "train_step", crash_at_third)
+    try:
+        crashed.train()
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.setattr(LURETrainer, "train_step", original)
+    # resumes at step 2 of round [0, 3): the reference must be the round's anchor, not the initial model
+    resumed = make_trainer(tiny_config(tmp_path / "crash", overrides, path=PRESET))
+    resumed.train(resume=True)
+    got = _params(resumed.policy)
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), key
+    kl = [r["loss/kl"] for r in read_metrics(tmp_path / "crash")]
+    assert kl == [r["loss/kl"] for r in read_metrics(tmp_path / "full")]

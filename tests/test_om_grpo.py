@@ -1,0 +1,132 @@
+"""OM-GRPO rewards: soft consensus and the contrast term by hand, reductions (η = 0, all agree), the
+judges, label-free operation, and the preset's answer-span mask."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rlvr.advantages.grpo import GRPO
+from rlvr.registry import build
+from rlvr.rewards.om_grpo import draw_pairs, soft_consensus, win_rates
+from rlvr.rewards.consensus import agreement_counts
+from rlvr.types import AdvantageInputs
+from tests.test_ttrl import PoisonAnswer, batch
+
+PRESET = Path(__file__).resolve().parents[1] / "configs" / "methods" / "om_grpo.yaml"
+
+
+def logprob_rows(means: list[float]) -> torch.Tensor:
+    """(N, 3) rollout log-probs whose per-row mean is ``means`` (constant rows)."""
+    return torch.tensor(means)[:, None].repeat(1, 3)
+
+
+def test_soft_consensus_golden():
+    # METHODS §2.13 test 3: G = 4, answers {A, A, A, B}: leave-one-out (count − 1)/(G − 1) = [2/3, 2/3, 2/3, 0];
+    # inclusive count/G = [3/4, 3/4, 3/4, 1/4]. An unparsed row scores 0 either way.
+    count, size = agreement_counts(["A", "A", "A", "B"], torch.zeros(4, dtype=torch.long))
+    assert torch.allclose(soft_consensus(count, size), torch.tensor([2 / 3, 2 / 3, 2 / 3, 0.0]))
+    assert torch.allclose(soft_consensus(count, size, "inclusive"), torch.tensor([0.75, 0.75, 0.75, 0.25]))
+    count, size = agreement_counts(["A", None, "A"], torch.zeros(3, dtype=torch.long))
+    assert soft_consensus(count, size).tolist() == [0.5, 0.0, 0.5]
+    assert soft_consensus(count, size, "inclusive")[1] == 0.0
+
+
+def test_contrast_by_hand_all_pairs():
+    # G = 3, answers A, A, B; mean log-probs -1, -2, -3; P = 3 = all pairs. Policy judge: the higher
+    # mean wins, so w = [2/2, 1/2, 0/2] = [1, .5, 0]. Soft consensus (LOO) = [1/2, 1/2, 0].
+    # r = cons + 0.2·(w − .5) = [0.5 + 0.1, 0.5 + 0, 0 − 0.1] = [0.6, 0.5, −0.1].
+    shaper = build("shaper", "om_grpo", contrast_pairs=3, contrast_eta=0.2)
+    out = shaper(batch(["A", "A", "B"], [0, 0, 0], logprobs=logprob_rows([-1.0, -2.0, -3.0])))
+    assert torch.allclose(out.rewards[:, 0], torch.tensor([0.6, 0.5, -0.1]))
+    assert out.reward_names == ["om_grpo", "format", "correct"]
+    m = out.meta["shaper_metrics"]
+    assert m["reward/contrast_pairs"] == 3.0
+    assert m["reward/contrast_abs_mean"] == pytest.approx(0.2 / 3)
+    assert m["reward/soft_consensus_mean"] == pytest.approx(1 / 3)
+
+
+def test_win_rates_and_pair_draws():
+    # Pairs (0 beats 1 w.p. .75), (0 vs 2 tie): w0 = (.75 + .5)/2, w1 = .25, w2 = .5, w3 never played = .5.
+    assert torch.allclose(win_rates([(0, 1, 0.75), (0, 2, 0.5)], 4), torch.tensor([0.625, 0.25, 0.5, 0.5]))
+    gen = torch.Generator().manual_seed(0)
+    two = draw_pairs([3, 5, 8, 9], 2, gen)
+    assert len(two) == 2 and len(set(two)) == 2 and all(i < j and {i, j} <= {3, 5, 8, 9} for i, j in two)
+    assert len(draw_pairs([3, 5, 8, 9], 100, gen)) == 6  # capped at G(G−1)/2
+
+
+def test_only_p_pairs_are_judged_per_group():
+    # P = 1 per group, two groups of 4: exactly two rows of each group leave w = 0.5.
+    shaper = build("shaper", "om_grpo", contrast_pairs=1, contrast_eta=1.0)
+    out = shaper(batch(["A"] * 8, [0, 0, 0, 0, 1, 1, 1, 1], logprobs=logprob_rows([-1, -2, -3, -4, -5, -6, -7, -8])))
+    contrast = out.meta["contrast"]
+    for rows in ([0, 1, 2, 3], [4, 5, 6, 7]):
+        assert sorted(contrast[rows].tolist()) == [-0.5, 0.0, 0.0, 0.5]  # one winner, one loser
+    assert out.meta["shaper_metrics"]["reward/contrast_pairs"] == 1.0
+
+
+def test_eta_zero_is_soft_consensus_only():
+    rows = batch(["A", "B", "A", "A"], [0, 0, 0, 0], logprobs=logprob_rows([-1.0, -0.5, -3.0, -2.0]))
+    out = build("shaper", "om_grpo", contrast_pairs=6, contrast_eta=0.0)(rows)
+    assert torch.allclose(out.rewards[:, 0], torch.tensor([2 / 3, 0.0, 2 / 3, 2 / 3]))
+    with_contrast = build("shaper", "om_grpo", contrast_pairs=6, contrast_eta=0.2)(rows)
+    assert not torch.allclose(with_contrast.rewards[:, 0], out.rewards[:, 0])  # the knob does something
+
+
+def test_all_identical_answers_give_r_one_and_zero_advantage():
+    # METHODS §2.13 test 2 (η = 0): every row agrees with all G − 1 others → r ≡ 1, GRPO advantage ≡ 0.
+    # With η > 0 and equal self-certainty every pair is a tie (w = .5): still r ≡ 1.
+    for eta in (0.0, 0.2):
+        out = build("shaper", "om_grpo", contrast_pairs=6, contrast_eta=eta)(
+            batch(["9"] * 4, [0] * 4, logprobs=logprob_rows([-1.0] * 4)))
+        assert out.rewards[:, 0].tolist() == [1.0] * 4
+        adv = GRPO()(AdvantageInputs(rewards=out.rewards, mask=out.completion_mask, group_ids=out.group_ids))
+        assert torch.equal(adv.advantages, torch.zeros_like(adv.advantages))
+
+
+def judge_prefers_first(problem, text_a, text_b) -> float:  # a "small LLM" stand-in
+    return 0.75
+
+
+def test_small_llm_judge():
+    # G = 2, P = 1: the pair (0, 1) with P(0 sounder) = .75 → w = [.75, .25]; cons = [1, 1];
+    # r = 1 + 0.2·(w − .5) = [1.05, 0.95].
+    shaper = build("shaper", "om_grpo", contrast_pairs=1, judge="small_llm",
+                   judge_fn="tests.test_om_grpo:judge_prefers_first")
+    out = shaper(batch(["A", "A"], [0, 0]))
+    assert torch.allclose(out.rewards[:, 0], torch.tensor([1.05, 0.95]))
+
+
+def test_label_free_and_no_gold_read():
+    parsed, gids, lp = ["A", "A", "B", "C"], [0, 0, 0, 0], logprob_rows([-1.0, -2.0, -1.5, -0.5])
+    shaper = build("shaper", "om_grpo", contrast_pairs=6)
+    free = shaper(batch(parsed, gids, logprobs=lp))
+    poisoned = shaper(batch(parsed, gids, verdict=[1, 0, 0, 1], answers=[PoisonAnswer()] * 4, logprobs=lp))
+    assert torch.equal(free.rewards[:, 0], poisoned.rewards[:, 0])
+    assert "reward/gold_accuracy" not in free.meta["shaper_metrics"]
+
+
+def test_pairs_are_reproducible():
+    rows = batch(["A", "B"] * 4, [0] * 8, logprobs=logprob_rows([-1, -2, -3, -4, -5, -6, -7, -8]))
+    a = build("shaper", "om_grpo", contrast_pairs=3)(rows)
+    b = build("shaper", "om_grpo", contrast_pairs=3)(rows)
+    assert torch.equal(a.rewards, b.rewards)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="contrast_pairs"):
+        build("shaper", "om_grpo")
+    with pytest.raises(ValueError, match="judge_fn"):
+        build("shaper", "om_grpo", contrast_pairs=2, judge="small_llm")
+    with pytest.raises(ValueError, match="consensus"):
+        build("shaper", "om_grpo", contrast_pairs=2, consensus="soft")
+
+
+def test_preset_masks_the_answer_span():
+    # The third part of OM-GRPO: the preset pairs the reward with the answer-span weighting.
+    algo = yaml.safe_load(PRESET.read_text())["algorithm"]
+    assert [s["name"] for s in algo["shapers"]] == ["om_grpo"]
+    assert [w["name"] for w in algo["weightings"]] == ["answer_mask"]
