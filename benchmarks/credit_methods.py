@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
+from compare_driver import ROOT, compare_spec, read_results, run_compare, write_spec
 
 METHODS = ["grpo", "std_dial", "length_power", "sa_mrpo", "fade", "mmpo", "d_grpo", "taco", "cliff", "answer_mask"]
 
@@ -28,24 +26,12 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=METHODS)
     ap.add_argument("--out", default="runs/compare/credit_methods")
     args = ap.parse_args()
-    root = Path(__file__).resolve().parents[1]
-    presets = root / "configs" / "methods"
+    presets = ROOT / "configs" / "methods"
     methods = [m for m in args.methods if (presets / f"{m}.yaml").exists()]
-    spec = {
-        "out_dir": args.out,
-        "base": {"task": {"name": "arithmetic"},
-                 "warm_start": {"steps": 400, "target_accuracy": 0.2, "max_steps": 1000},
-                 "run": {"eval_every": 50, "eval_problems": 200, "eval_k": 8, "save_every": 100}},
-        "methods": {m: {"preset": m} for m in methods},
-        "seeds": args.seeds,
-        "budget": {"steps": args.steps},
-        "jobs": args.jobs,
-    }
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    config = Path(args.out) / "credit_methods.yaml"
-    config.write_text(yaml.safe_dump(spec, sort_keys=False))
-    code = subprocess.run([sys.executable, "-m", "rlvr", "compare", str(config)], cwd=root).returncode
-    results = json.loads((Path(args.out) / "results.json").read_text())
+    spec = compare_spec(args.out, {m: {"preset": m} for m in methods}, args.seeds, {"steps": args.steps}, args.jobs,
+                        run={"eval_every": 50, "eval_problems": 200, "eval_k": 8, "save_every": 100})
+    code = run_compare(write_spec(spec, Path(args.out), "credit_methods"))
+    results = read_results(Path(args.out))
     out = {"budget": results["budget"], "seeds": args.seeds, "skipped": sorted(set(args.methods) - set(methods)),
            "exit_code": code, "methods": {}}
     for method, stats in results["methods"].items():

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import yaml
+from compare_driver import compare_spec, read_results, run_compare, write_spec
 
 METHODS = ["grpo", "bpco"]
 GROUP = {"grpo": ["rollout.group_size=8", "rollout.prompts_per_step=8"]}  # presets with G > 1; others keep their own
@@ -34,24 +32,14 @@ def main() -> None:
     ap.add_argument("--eval-problems", type=int, default=200)
     ap.add_argument("--out", default="runs/compare/critic_methods")
     args = ap.parse_args()
-    root = Path(__file__).resolve().parents[1]
-    spec = {
-        "out_dir": args.out,
-        "base": {"task": {"name": "arithmetic"},
-                 "warm_start": {"steps": 300, "target_accuracy": 0.2, "max_steps": 800},
-                 "run": {"eval_every": 0, "eval_problems": args.eval_problems, "eval_k": 4, "save_every": 0,
-                         "threads": 1}},
-        "methods": {m: {"preset": m, "overrides": GROUP.get(m, [])} for m in args.methods},
-        "seeds": args.seeds,
-        "budget": {"rollouts": args.rollouts},
-        "jobs": args.jobs,
-    }
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    config = Path(args.out) / "critic_methods.yaml"
-    config.write_text(yaml.safe_dump(spec, sort_keys=False))
+    spec = compare_spec(args.out, {m: {"preset": m, "overrides": GROUP.get(m, [])} for m in args.methods},
+                        args.seeds, {"rollouts": args.rollouts}, args.jobs,
+                        run={"eval_every": 0, "eval_problems": args.eval_problems, "eval_k": 4, "save_every": 0,
+                             "threads": 1}, warm_steps=300, warm_max_steps=800)
+    config = write_spec(spec, Path(args.out), "critic_methods")
     start = time.perf_counter()
-    code = subprocess.run([sys.executable, "-m", "rlvr", "compare", str(config)], cwd=root).returncode
-    results = json.loads((Path(args.out) / "results.json").read_text())
+    code = run_compare(config)
+    results = read_results(Path(args.out))
     out = {"budget": results["budget"], "seeds": args.seeds, "exit_code": code,
            "wall_seconds": round(time.perf_counter() - start, 1), "methods": {}}
     for method, stats in results["methods"].items():

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
+from compare_driver import compare_spec, metric_curve, read_results, run_compare, seed_mean, write_spec
 
 METHODS = {
     "grpo_gold": {"preset": "grpo", "overrides": ["algorithm.shapers=[{name: consensus}]"]},
@@ -40,31 +38,11 @@ CURVES = {"answer_entropy": "reward/answer_entropy", "consensus": "reward/consen
 KS = (1, 4)
 
 
-def curve(run_dir: Path, key: str, pieces: int = 5) -> list[float]:
-    """Mean of metric ``key`` over each of ``pieces`` equal spans of a run's steps."""
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    values = [r[key] for r in rows if key in r]
-    if not values:
-        return []
-    size = max(len(values) // pieces, 1)
-    return [sum(values[i:i + size]) / len(values[i:i + size]) for i in range(0, len(values), size)][:pieces]
-
-
-def seed_mean(curves: list[list[float]]) -> list[float]:
-    curves = [c for c in curves if c]
-    if not curves:
-        return []
-    n = min(len(c) for c in curves)
-    return [round(sum(c[i] for c in curves) / len(curves), 4) for i in range(n)]
-
-
 def summarise(out_dir: Path, method: str, stats: dict, seeds: list[int]) -> dict:
     keep = {k: v for k, v in stats.items() if k.startswith("accuracy") or k in {f"pass@{k}" for k in KS}}
     for name, key in CURVES.items():
-        keep[name] = seed_mean([curve(out_dir / "runs" / method / f"seed{s}", key) for s in seeds])
+        keep[name] = seed_mean([metric_curve(out_dir / "runs" / method / f"seed{s}", key, 5, missing_ok=True)
+                                for s in seeds])
     ent, gain = keep["answer_entropy"], stats.get("accuracy_gain", {}).get("mean")
     keep["entropy_ratio"] = round(ent[-1] / ent[0], 3) if ent and ent[0] > 0 else None
     keep["collapsed"] = bool(ent and gain is not None and ent[-1] <= 0.5 * ent[0] and gain < 0)
@@ -82,23 +60,12 @@ def main() -> None:
                     help="warm-start greedy accuracy target; majority voting needs maj@k > pass@1 to help")
     ap.add_argument("--out", default="runs/compare/label_free")
     args = ap.parse_args()
-    root = Path(__file__).resolve().parents[1]
-    spec = {
-        "out_dir": args.out,
-        "base": {"task": {"name": "arithmetic"},
-                 "warm_start": {"steps": 400, "target_accuracy": args.warm_target, "max_steps": 1000},
-                 "run": {"eval_every": 0, "eval_problems": args.eval_problems, "eval_k": max(KS), "save_every": 0}},
-        "methods": {m: METHODS[m] for m in args.methods},
-        "seeds": args.seeds,
-        "budget": {"steps": args.steps},
-        "jobs": args.jobs,
-    }
+    spec = compare_spec(args.out, {m: METHODS[m] for m in args.methods}, args.seeds, {"steps": args.steps}, args.jobs,
+                        run={"eval_every": 0, "eval_problems": args.eval_problems, "eval_k": max(KS), "save_every": 0},
+                        warm_target=args.warm_target)
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config = out_dir / "label_free.yaml"
-    config.write_text(yaml.safe_dump(spec, sort_keys=False))
-    code = subprocess.run([sys.executable, "-m", "rlvr", "compare", str(config)], cwd=root).returncode
-    results = json.loads((out_dir / "results.json").read_text())
+    code = run_compare(write_spec(spec, out_dir, "label_free"))
+    results = read_results(out_dir)
     out = {"budget": results["budget"], "seeds": args.seeds, "exit_code": code, "methods": {}}
     for method, stats in results["methods"].items():
         out["methods"][method] = summarise(out_dir, method, stats, args.seeds)

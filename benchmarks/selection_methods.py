@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 import yaml
+from compare_driver import ROOT, compare_spec, metric_rows, read_results, run_compare, write_spec
 
 METHODS = {
     "uniform": {"preset": "grpo"},
@@ -35,7 +34,7 @@ METHODS = {
 
 def accuracy_curve(run_dir: Path, before: float | None) -> list[tuple[int, float]]:
     """[(rollouts spent, held-out greedy accuracy)] from the run's periodic evaluations (0 = before RL)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = metric_rows(run_dir)
     curve = [(0, before)] if before is not None else []
     return curve + [(int(r["rollout/spent"]), float(r["eval/accuracy"])) for r in rows if "eval/accuracy" in r]
 
@@ -63,28 +62,15 @@ def main() -> None:
                     help="a comparison folder whose warm starts to reuse when their setup is identical "
                          "(the warm start is most of a short run's time); '' = always build")
     args = ap.parse_args()
-    root = Path(__file__).resolve().parents[1]
-    spec = {
-        "out_dir": args.out,
-        "base": {"task": {"name": "arithmetic"},
-                 "warm_start": {"steps": 400, "target_accuracy": 0.2, "max_steps": 1000},
-                 "run": {"eval_every": args.eval_every, "eval_problems": args.eval_problems, "eval_k": 4,
-                         "save_every": 0, "threads": 1}},
-        "methods": {m: METHODS[m] for m in args.methods},
-        "seeds": args.seeds,
-        "budget": {"rollouts": args.rollouts},
-        "jobs": args.jobs,
-    }
-    out_dir = Path(args.out) if Path(args.out).is_absolute() else root / args.out
-    spec["out_dir"] = str(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config = out_dir / "selection_methods.yaml"
-    config.write_text(yaml.safe_dump(spec, sort_keys=False))
+    out_dir = Path(args.out) if Path(args.out).is_absolute() else ROOT / args.out
+    spec = compare_spec(str(out_dir), {m: METHODS[m] for m in args.methods}, args.seeds, {"rollouts": args.rollouts},
+                        args.jobs, run={"eval_every": args.eval_every, "eval_problems": args.eval_problems,
+                                        "eval_k": 4, "save_every": 0, "threads": 1})
+    config = write_spec(spec, out_dir, "selection_methods")
     if args.warm_from:
-        reuse_warm_starts(root / args.warm_from, out_dir, spec["base"], args.seeds)
-    code = subprocess.run([sys.executable, "-m", "rlvr", "compare", str(config)], cwd=root,
-                          stdout=subprocess.DEVNULL).returncode
-    print(json.dumps(summarise(root, out_dir, args, code), indent=1))
+        reuse_warm_starts(ROOT / args.warm_from, out_dir, spec["base"], args.seeds)
+    code = run_compare(config, quiet=True)
+    print(json.dumps(summarise(ROOT, out_dir, args, code), indent=1))
 
 
 def reuse_warm_starts(source: Path, out_dir: Path, base: dict, seeds: list[int]) -> list[int]:
@@ -109,7 +95,7 @@ def reuse_warm_starts(source: Path, out_dir: Path, base: dict, seeds: list[int])
 
 
 def summarise(root: Path, out_dir: Path, args: argparse.Namespace, code: int) -> dict:
-    results = json.loads((out_dir / "results.json").read_text())
+    results = read_results(out_dir)
     runs = {(r["method"], r["seed"]): r for r in results.get("runs", []) if r.get("status") == "done"}
     curves = {key: accuracy_curve(root / r["run_dir"], r.get("accuracy_before")) for key, r in runs.items()}
     out = {"budget": results["budget"], "seeds": args.seeds, "exit_code": code, "methods": {}}

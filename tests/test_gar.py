@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlvr.analysis import decompose, weight_gradient, weight_gradient_cosine, weight_gradient_inner
-from rlvr.models import build_char_tokenizer, build_tiny_model, format_prompt
+from rlvr.models import format_prompt
 from rlvr.registry import build
 from rlvr.rewards.gar import aggregate_cosines, anchor_texts, gar_rewards
 from rlvr.rewards.gar_signature import hidden_gradient, output_layer_inputs, pack_spans, saliency_signatures
@@ -19,16 +19,6 @@ from rlvr.rollout.samplers import SampleContext
 from rlvr.types import BatchError, Problem, Rollouts
 
 ROLLOUT = SimpleNamespace(max_new_tokens=10, temperature=1.0, top_p=1.0, top_k=0)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def policy(tok):
-    return build_tiny_model(tok, hidden=32, layers=1, heads=2, seed=0).eval()
 
 
 def _mean_ce(w: torch.Tensor, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

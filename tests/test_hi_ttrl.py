@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.registry import build
 from rlvr.rollout import encode_prompts, sequence_logprobs
 from rlvr.rollout.mcmc import PolicyPrefixes, mh_log_accept, power_mh, power_target, total_variation
@@ -128,16 +127,6 @@ def _code(state) -> int:
 
 ROLLOUT = SimpleNamespace(max_new_tokens=10, temperature=1.0, top_p=1.0, top_k=0)
 BAND = dict(alpha_sharp=4.0, alpha_flat=0.5, mh_steps=3, hint_fraction=0.5)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def policy(tok):
-    return build_tiny_model(tok, hidden=32, layers=1, heads=2, seed=0).eval()
 
 
 def _problems() -> list[Problem]:

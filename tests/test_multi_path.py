@@ -7,22 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.registry import build
 from rlvr.rollout.samplers import SampleContext
 from rlvr.types import Problem
 
 ROLLOUT = SimpleNamespace(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=0)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def policy(tok):
-    return build_tiny_model(tok, hidden=32, layers=1, heads=2, seed=0).eval()
 
 
 def _problems() -> list[Problem]:

@@ -13,12 +13,10 @@ import torch
 
 import rlvr.rollout.samplers.multi_turn as multi_turn
 from rlvr.envs import EPISODE_KEY, EnvError, Environment, build_env, register_env
-from rlvr.losses.objective import Objective
-from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.registry import RegistryError, build, param
-from rlvr.rollout import sequence_logprobs
 from rlvr.rollout.samplers import SampleContext
-from rlvr.types import LossInputs, Origin, Problem
+from rlvr.types import Origin, Problem
+from tests.tiny_models import logit_grads
 
 ROLLOUT = SimpleNamespace(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0)
 
@@ -51,16 +49,6 @@ class Scripted(Environment):
         score = self.config.scores[self.turn]
         self.turn += 1
         return self.config.obs.format(j=self.turn), score, self.turn == len(self.config.scores)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def policy(tok):
-    return build_tiny_model(tok, hidden=32, layers=1, heads=2, seed=0).eval()
 
 
 def _problems(n: int = 2) -> list[Problem]:
@@ -115,24 +103,7 @@ def test_env_tokens_are_masked_with_origin_env_and_get_zero_gradient(tok, policy
     for i, spans in enumerate(batch.meta["turn_spans"]):  # observations lie exactly between the turns
         for (_, end), (start, _) in zip(spans, spans[1:]):
             assert bool(env_tok[i, end:start].all()) and end < start
-    store = {}
-
-    def keep(_module, _inputs, output):
-        output.retain_grad()
-        store["logits"] = output
-
-    handle = model.lm_head.register_forward_hook(keep)
-    try:
-        model.train()
-        logp, _ = sequence_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.attention)
-        adv = torch.where(torch.arange(batch.num_rows)[:, None] % 2 == 0, 1.0, -1.0).expand_as(logp).contiguous()
-        inputs = LossInputs(logprobs=logp, old_logprobs=logp.detach(), advantages=adv, mask=batch.completion_mask,
-                            token_origin=batch.token_origin)
-        loss, _ = Objective(build("loss", "ppo_clip"), kl_coef=0.0)(inputs)
-        loss.backward()
-    finally:
-        handle.remove()
-    grads = store["logits"].grad[:, :-1]  # position t predicts completion token t
+    grads, _ = logit_grads(model, batch, "ppo_clip", {})  # position t predicts completion token t
     assert grads[env_tok].abs().max().item() == 0.0
     assert grads[batch.completion_mask].abs().max().item() > 0.0
 

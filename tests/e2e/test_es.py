@@ -16,6 +16,7 @@ from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
 
+from tests.e2e.resume import weights
 from tests.e2e.tiny import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,10 +24,6 @@ PRESETS = ROOT / "configs" / "methods"
 # The presets' greedy fitness gives an untrained tiny model reward 0 everywhere (no signal); sample instead.
 SMALL = ["optim.params.population=4", "optim.params.prompts=3", "optim.params.sigma=0.05", "optim.params.alpha=0.05",
          "optim.params.temperature=1.0", "optim.params.samples_per_prompt=2"]
-
-
-def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def _state(run_dir: Path) -> dict:
@@ -37,7 +34,7 @@ def test_es_preset_trains_and_writes_metrics_and_checkpoint(tmp_path):
     cfg = tiny_config(tmp_path, ["run.steps=3", *SMALL], path=str(PRESETS / "es.yaml"))
     trainer = make_trainer(cfg)
     assert isinstance(trainer, ESTrainer)
-    before = _params(trainer.policy)
+    before = weights(trainer.policy)
     summary = trainer.train()
     assert summary["steps"] == 3 and summary["stopped_by"] == "steps" and summary["rollouts"] == 3 * 4 * 3 * 2
     rows = read_metrics(tmp_path)
@@ -45,7 +42,7 @@ def test_es_preset_trains_and_writes_metrics_and_checkpoint(tmp_path):
     for key in ("reward/mean", "reward/std", "es/update_norm", "es/js_diversity", "es/z_abs_mean", "timing/es_step"):
         assert key in rows[-1], key
     assert any(r["reward/std"] > 0 for r in rows)  # the sampled fitness varies: ES has a signal
-    assert any(not torch.equal(before[k], v) for k, v in _params(trainer.policy).items())
+    assert any(not torch.equal(before[k], v) for k, v in weights(trainer.policy).items())
     assert _state(tmp_path)["phase"] == "es" and _state(tmp_path)["step"] == 3
     assert (tmp_path / "config.yaml").exists()
 
@@ -91,8 +88,8 @@ def test_es_resume_is_exact(tmp_path):
     resumed = make_trainer(tiny_config(tmp_path / "part", ["run.steps=4", *SMALL], path=str(PRESETS / "es.yaml")))
     summary = resumed.train(resume=True)
     assert summary["steps"] == 4 and summary["rollouts"] == 4 * 4 * 3 * 2
-    expected = _params(full.policy)
-    assert all(torch.equal(expected[k], v) for k, v in _params(resumed.policy).items())
+    expected = weights(full.policy)
+    assert all(torch.equal(expected[k], v) for k, v in weights(resumed.policy).items())
     assert [r["step"] for r in read_metrics(tmp_path / "part")] == [1, 2, 3, 4]
 
 
@@ -105,8 +102,8 @@ def test_grpo_then_es_resumes_in_the_es_phase(tmp_path):
     make_trainer(cfg("part", 3)).train()  # 2 GRPO steps + 1 ES step, then "crash"
     resumed = make_trainer(cfg("part", 4))
     resumed.train(resume=True)
-    expected = _params(full.policy)
-    assert all(torch.equal(expected[k], v) for k, v in _params(resumed.policy).items())
+    expected = weights(full.policy)
+    assert all(torch.equal(expected[k], v) for k, v in weights(resumed.policy).items())
     assert [r["step"] for r in read_metrics(tmp_path / "part")] == [1, 2, 3, 4]
 
 

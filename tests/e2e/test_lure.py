@@ -12,6 +12,7 @@ from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
 
+from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.tiny import tiny_config
 
 PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "methods" / "lure.yaml")
@@ -20,10 +21,6 @@ PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "methods" / "lure
 SMALL = ["optim.params.warm_start_steps=10", "optim.params.warm_start_batch=8", "optim.params.evader_group=2",
          "optim.params.captures_per_task=2", "optim.params.max_turns=3", "optim.params.turn_tokens=10",
          "algorithm.entropy_coef=0.01"]
-
-
-def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def test_lure_preset_self_plays_with_a_round_anchored_kl(tmp_path):
@@ -50,28 +47,13 @@ def test_lure_resume_mid_round_is_exact(tmp_path, monkeypatch):
     full = make_trainer(tiny_config(tmp_path / "full", overrides, path=PRESET))
     assert isinstance(full, LURETrainer)
     full.train()
-    expected = _params(full.policy)
+    expected = weights(full.policy)
 
-    crashed = make_trainer(tiny_config(tmp_path / "crash", overrides, path=PRESET))
-    original = LURETrainer.train_step
-    calls = {"n": 0}
-
-    def crash_at_third(self):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("simulated kill during step 3")
-        return original(self)
-
-    monkeypatch.setattr(LURETrainer, "train_step", crash_at_third)
-    try:
-        crashed.train()
-    except KeyboardInterrupt:
-        pass
-    monkeypatch.setattr(LURETrainer, "train_step", original)
     # resumes at step 2 of round [0, 3): the reference must be the round's anchor, not the initial model
-    resumed = make_trainer(tiny_config(tmp_path / "crash", overrides, path=PRESET))
-    resumed.train(resume=True)
-    got = _params(resumed.policy)
+    resumed = crash_then_resume(monkeypatch, lambda: make_trainer(tiny_config(tmp_path / "crash", overrides,
+                                                                              path=PRESET)))
+    assert isinstance(resumed, LURETrainer)
+    got = weights(resumed.policy)
     for key in expected:
         assert torch.equal(expected[key], got[key]), key
     kl = [r["loss/kl"] for r in read_metrics(tmp_path / "crash")]

@@ -12,6 +12,7 @@ import yaml
 from rlvr.cli import main
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
+from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.tiny import TINY, tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
@@ -22,10 +23,6 @@ IDENTITY = ["algorithm.selector={name: active, pool: stream, label_budget: 1.0, 
             "algorithm.filters=[{name: de_venus, tau_c: 0.0}]"]
 
 
-def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
 def test_identity_transforms_reproduce_grpo_exactly(tmp_path):
     # All problems gold-labelled, stream pool (= uniform's problems), τ_c = 0, no correction: the
     # DE-Venus plug-ins must change nothing — same metrics and bit-identical weights after 2 steps.
@@ -33,9 +30,9 @@ def test_identity_transforms_reproduce_grpo_exactly(tmp_path):
     plain.train()
     venus = Trainer(tiny_config(tmp_path / "venus", ["run.steps=2", *IDENTITY]))
     venus.train()
-    a, b = _params(plain.policy), _params(venus.policy)
+    a, b = weights(plain.policy), weights(venus.policy)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert any(not torch.equal(a[k], _params(Trainer(tiny_config(tmp_path / "fresh", [])).policy)[k]) for k in a)
+    assert any(not torch.equal(a[k], weights(Trainer(tiny_config(tmp_path / "fresh", [])).policy)[k]) for k in a)
     for ra, rb in zip(read_metrics(tmp_path / "grpo"), read_metrics(tmp_path / "venus")):
         common = [k for k in ra if k in rb and not k.startswith("timing/") and k != "time/elapsed"]
         assert len(common) > 10
@@ -88,22 +85,8 @@ def test_supervision_state_resumes_exactly(tmp_path, monkeypatch, preset):
     path = str(PRESETS / f"{preset}.yaml")
     full = Trainer(tiny_config(tmp_path / "full", overrides, path=path))
     full.train()
-    crashed = Trainer(tiny_config(tmp_path / "crash", overrides, path=path))
-    original, calls = Trainer.train_step, {"n": 0}
-
-    def crash_at_third(self):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("simulated kill during step 3")
-        return original(self)
-
-    monkeypatch.setattr(Trainer, "train_step", crash_at_third)
-    with pytest.raises(KeyboardInterrupt):
-        crashed.train()
-    monkeypatch.setattr(Trainer, "train_step", original)
-    resumed = Trainer(tiny_config(tmp_path / "crash", overrides, path=path))
-    resumed.train(resume=True)
-    want, got = _params(full.policy), _params(resumed.policy)
+    resumed = crash_then_resume(monkeypatch, lambda: Trainer(tiny_config(tmp_path / "crash", overrides, path=path)))
+    want, got = weights(full.policy), weights(resumed.policy)
     assert all(torch.equal(want[k], got[k]) for k in want)
     assert resumed.parts["selector"].state_dict() == full.parts["selector"].state_dict()
     assert full.parts["selector"].state_dict() != Trainer(tiny_config(tmp_path / "new", [], path=path)) \

@@ -23,13 +23,10 @@ from rlvr.train.trainer import Trainer
 from rlvr.types import LossOutput
 from rlvr.losses.base import PolicyLoss
 
+from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
-
-
-def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 # Each method's own diagnostics, which must reach metrics.jsonl when its preset trains.
@@ -94,7 +91,7 @@ def _gradient_presets() -> list[str]:
 def test_every_preset_runs_and_changes_weights(tmp_path, preset):
     cfg = tiny_config(tmp_path, ["run.steps=3"], path=str(PRESETS / f"{preset}.yaml"))
     trainer = Trainer(cfg)
-    before = _params(trainer.policy)
+    before = weights(trainer.policy)
     trainer.train()
     rows = read_metrics(tmp_path)
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -102,7 +99,7 @@ def test_every_preset_runs_and_changes_weights(tmp_path, preset):
     for key in ("reward/mean", "adv/abs_mean", "timing/rollout", "timing/backward", "rollout/response_length",
                 *METHOD_METRICS.get(preset, [])):
         assert key in rows[-1], key
-    after = _params(trainer.policy)
+    after = weights(trainer.policy)
     if any(r["adv/abs_mean"] > 0 for r in rows):  # with any signal the weights must move
         assert any(not torch.equal(before[k], after[k]) for k in before)
     assert (tmp_path / "config.yaml").exists() and latest_checkpoint(tmp_path) is not None
@@ -115,25 +112,10 @@ def test_resume_is_exact(tmp_path, monkeypatch, advantage):
                  f"algorithm.advantage.name={advantage}"]
     full = Trainer(tiny_config(tmp_path / "full", overrides))
     full.train()
-    expected = _params(full.policy)
+    expected = weights(full.policy)
 
-    crashed = Trainer(tiny_config(tmp_path / "crash", overrides))
-    original = Trainer.train_step
-    calls = {"n": 0}
-
-    def crash_at_third(self):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("simulated kill during step 3")
-        return original(self)
-
-    monkeypatch.setattr(Trainer, "train_step", crash_at_third)
-    with pytest.raises(KeyboardInterrupt):
-        crashed.train()
-    monkeypatch.setattr(Trainer, "train_step", original)
-    resumed = Trainer(tiny_config(tmp_path / "crash", overrides))
-    resumed.train(resume=True)
-    got = _params(resumed.policy)
+    resumed = crash_then_resume(monkeypatch, lambda: Trainer(tiny_config(tmp_path / "crash", overrides)))
+    got = weights(resumed.policy)
     for key in expected:
         assert torch.equal(expected[key], got[key]), key
 

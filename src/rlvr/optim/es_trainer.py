@@ -21,6 +21,7 @@ from rlvr.optim.es import ESConfig, ESStepResult, es_step, select_parameters
 from rlvr.optim.noise import member_seeds
 from rlvr.rollout import generate
 from rlvr.tasks import verify_all
+from rlvr.train.budget import budget_reason
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.train.collect import step_seed
 from rlvr.train.config import Config, to_dict
@@ -151,17 +152,7 @@ class ESTrainer:
         return self.es.prompts or self.cfg.rollout.prompts_per_step
 
     def _budget_reason(self) -> str | None:
-        run = self.cfg.run
-        elapsed = self.seconds_spent
-        if self.acc.num_processes > 1 and run.max_seconds:  # every rank must stop at the same step
-            elapsed = self.acc.reduce(torch.tensor(elapsed, dtype=torch.float64), reduction="max").item()
-        if self.step >= run.steps:
-            return "steps"
-        if run.max_rollouts and self.rollouts_spent >= run.max_rollouts:
-            return "rollouts"
-        if run.max_seconds and elapsed >= run.max_seconds:
-            return "seconds"
-        return None
+        return budget_reason(self.cfg.run, self.step, self.rollouts_spent, self.seconds_spent, self.acc)
 
     # --- state ------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import yaml
 from rlvr.optim.base import OptimizerPlugin
 from rlvr.optim.merging import GRANULARITIES, LayerwiseMerge
 from rlvr.registry import param, register
+from rlvr.train.budget import budget_reason
 
 
 @dataclass(frozen=True)
@@ -151,17 +152,6 @@ class LocalProcess:
             raise ValueError(f"{method} runs in one process; launched with WORLD_SIZE={world}")
 
 
-def budget_reason(run: Any, step: int, rollouts: int, seconds: float) -> str | None:
-    """Which budget (steps, rollouts, seconds) ends a run, or None to go on."""
-    if step >= run.steps:
-        return "steps"
-    if run.max_rollouts and rollouts >= run.max_rollouts:
-        return "rollouts"
-    if run.max_seconds and seconds >= run.max_seconds:
-        return "seconds"
-    return None
-
-
 def save_policy_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dict) -> Path:
     """A standard run checkpoint of ``model`` (``rlvr eval RUN`` loads it); no optimizer state, as
     search-based loops keep none (an empty SGD stands in for the file layout)."""
@@ -176,18 +166,20 @@ def write_config(run_dir: Path, cfg: Any) -> None:
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
-class HyperESTrainer:
-    """Directions by LoRA gradient runs, then one CMA-ES generation per ``run.steps`` step."""
+class LocalTrainer:
+    """What the single-process search loops (Hyper-ES, Progressive RLVR) start from: the run folder,
+    the pipeline parts, the model placed as the gradient Trainer places it, a collector without
+    shapers or filters, and zeroed budget counters."""
 
-    def __init__(self, cfg: Any, config: HyperESConfig, *, model: torch.nn.Module | None = None,
+    def __init__(self, cfg: Any, method: str, *, model: torch.nn.Module | None = None,
                  tokenizer: Any = None) -> None:
         from rlvr.train.build import build_model, build_pipeline
         from rlvr.train.collect import Collector
         from rlvr.train.logging import PhaseTimer
-        self.cfg, self.config = cfg, config
+        self.cfg = cfg
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
-        self.acc = LocalProcess("hyper_es")
+        self.acc = LocalProcess(method)
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)
         torch.manual_seed(cfg.run.seed)
@@ -200,12 +192,21 @@ class HyperESTrainer:
                                    rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed, rank=0,
                                    world_size=1, timer=self.timer)
         self.step, self.rollouts_spent, self.seconds_spent = 0, 0, 0.0
-        self.merge: LayerwiseMerge | None = None
-        self.search: CMASearch | None = None
 
     @property
     def policy(self) -> torch.nn.Module:
         return self.model
+
+
+class HyperESTrainer(LocalTrainer):
+    """Directions by LoRA gradient runs, then one CMA-ES generation per ``run.steps`` step."""
+
+    def __init__(self, cfg: Any, config: HyperESConfig, *, model: torch.nn.Module | None = None,
+                 tokenizer: Any = None) -> None:
+        super().__init__(cfg, "hyper_es", model=model, tokenizer=tokenizer)
+        self.config = config
+        self.merge: LayerwiseMerge | None = None
+        self.search: CMASearch | None = None
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         from rlvr.train.logging import RunLogger

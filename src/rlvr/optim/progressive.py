@@ -24,7 +24,7 @@ from torch import Tensor
 
 from rlvr.ops import masked_mean
 from rlvr.optim.base import OptimizerPlugin
-from rlvr.optim.hyper_es import LocalProcess, budget_reason, save_policy_checkpoint, write_config
+from rlvr.optim.hyper_es import LocalTrainer, budget_reason, save_policy_checkpoint, write_config
 from rlvr.optim.quantize import Quantized, dequantize, quantize
 from rlvr.optim.tinylora import (
     TIES, TinyLoRAConfig, adapter_vector, apply_tinylora, load_adapter_vector, merged_copy,
@@ -127,36 +127,15 @@ def completion_logits(model: torch.nn.Module, batch: Any, temperature: float) ->
 
 # --- the training loop ------------------------------------------------------------------------
 
-class ProgressiveTrainer:
+class ProgressiveTrainer(LocalTrainer):
     """Teacher (stage 1), TinyLoRA distillation for ``run.steps`` steps (2), quantisation (3)."""
 
     def __init__(self, cfg: Any, config: ProgressiveConfig, *, model: torch.nn.Module | None = None,
                  tokenizer: Any = None) -> None:
-        from rlvr.train.build import build_model, build_pipeline
-        from rlvr.train.collect import Collector
-        from rlvr.train.logging import PhaseTimer
-        self.cfg, self.config = cfg, config
-        if cfg.run.threads:
-            torch.set_num_threads(cfg.run.threads)
-        self.acc = LocalProcess("progressive_rlvr")
-        self.run_dir = Path(cfg.run.out_dir)
-        self.parts = build_pipeline(cfg)
-        torch.manual_seed(cfg.run.seed)
-        if model is None:
-            model, tokenizer = build_model(cfg)
-        self.model = model.to("cuda" if torch.cuda.is_available() else "cpu")  # as the gradient Trainer places it
-        self.tokenizer = tokenizer
-        self.timer = PhaseTimer()
-        self.collector = Collector(task=self.parts["task"], selector=self.parts["selector"], shapers=[], filters=[],
-                                   rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed, rank=0,
-                                   world_size=1, timer=self.timer)
-        self.step, self.rollouts_spent, self.seconds_spent = 0, 0, 0.0
+        super().__init__(cfg, "progressive_rlvr", model=model, tokenizer=tokenizer)
+        self.config = config
         self.teacher: torch.nn.Module | None = None
         self.adapter: torch.nn.ParameterDict | None = None
-
-    @property
-    def policy(self) -> torch.nn.Module:
-        return self.model
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         from rlvr.train.checkpoint import save_weights

@@ -186,6 +186,12 @@ def _build_llm(model: torch.nn.Module, config: VLLMConfig) -> Any:
 def load_into_vllm(llm: Any, weights: Iterable[tuple[str, Tensor]]) -> None:
     """``load_weights`` on vLLM's model, wherever this vLLM version keeps it."""
     weights = list(weights)
+    if hasattr(llm, "collective_rpc"):  # vLLM's in-place reload re-runs its post-load weight processing
+        try:
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            return
+        except (AttributeError, NotImplementedError, TypeError):
+            pass  # a vLLM without reload_weights: fall through to load_weights on the model
     executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
     worker = getattr(executor, "driver_worker", None)
     for runner_owner in (worker, getattr(worker, "worker", None)):

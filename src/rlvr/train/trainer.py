@@ -25,6 +25,7 @@ from rlvr.batching import micro_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.rollout import sequence_logprobs
+from rlvr.train.budget import budget_reason
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
@@ -105,17 +106,7 @@ class Trainer:
 
     def _budget_reason(self) -> str | None:
         """Which budget ended the run (steps, rollouts or seconds), or None to go on."""
-        run = self.cfg.run
-        elapsed = self.seconds_spent
-        if self.acc.num_processes > 1 and run.max_seconds:  # every rank must stop at the same step
-            elapsed = self.acc.reduce(torch.tensor(elapsed, dtype=torch.float64), reduction="max").item()
-        if self.step >= run.steps:
-            return "steps"
-        if run.max_rollouts and self.rollouts_spent >= run.max_rollouts:
-            return "rollouts"
-        if run.max_seconds and elapsed >= run.max_seconds:
-            return "seconds"
-        return None
+        return budget_reason(self.cfg.run, self.step, self.rollouts_spent, self.seconds_spent, self.acc)
 
     def train_step(self) -> tuple[dict[str, float], Rollouts]:
         """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""

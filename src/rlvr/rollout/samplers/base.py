@@ -105,12 +105,18 @@ def extend_contexts(prompt_ids: Tensor, prompt_mask: Tensor, extras: Sequence[Se
     """Left-padded contexts ``prompt_i ⊕ extra_i`` (N, P') and their bool mask, from left-padded
     prompts (N, P) and a list of token-id lists (a prefix or a hint per row)."""
     rows = [prompt_ids[i][prompt_mask[i]].tolist() + list(extra) for i, extra in enumerate(extras)]
-    width = max(len(r) for r in rows)
+    return left_pad(rows, pad_id, min_width=0)
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, min_width: int = 1) -> tuple[Tensor, Tensor]:
+    """Left-padded ids (N, W) and bool mask (N, W) from lists of token ids, W = max(longest row,
+    ``min_width``)."""
+    width = max(max((len(r) for r in rows), default=0), min_width)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.bool)
     for i, r in enumerate(rows):
         if r:
-            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
             mask[i, width - len(r):] = True
     return ids, mask
 
@@ -158,6 +164,36 @@ def behaviour_logprobs(model: torch.nn.Module, ctx_ids: Tensor, ctx_mask: Tensor
     finally:
         model.train(was_training)
     return torch.where(attention.to(logp.device), logp, torch.zeros_like(logp)).float().cpu()
+
+
+HINT_MODES = ("masked", "drop")
+
+
+def hinted_rollouts(policy: torch.nn.Module, tokenizer: Any, rows: list[Problem], group_ids: Tensor,
+                    prompt: tuple[Tensor, Tensor], context: tuple[Tensor, Tensor],
+                    hint_ids: Sequence[Sequence[int]], has_hint: Tensor, gen: Generation, mode: str,
+                    temperature: float) -> Rollouts:
+    """Rows generated in a hinted ``context`` (ids, mask), trained on the base ``prompt`` (ids, mask).
+
+    ``mode`` 'masked': completion ``hint_i ⊕ y_i`` with the hint tokens of origin HINT (untrained; y is
+    on-policy in [x][h ⊕ y], so zero behaviour log-probs). 'drop': completion ``y_i`` alone, origin
+    GUIDED on rows with ``has_hint`` (N,) bool, with behaviour log-probs from a forward in the hinted
+    context. The texts (what the verifier reads) are ``decode(hint_i) ⊕ y_i`` in both modes.
+    """
+    if mode not in HINT_MODES:
+        raise ValueError(f"hinted_rollouts: mode must be one of {HINT_MODES}, got '{mode}'")
+    texts = [(tokenizer.decode(h, skip_special_tokens=True) if h else "") + y for h, y in zip(hint_ids, gen.texts)]
+    if mode == "masked":
+        comp, real, origin, logp = join_completions(hint_ids, Origin.HINT, gen, tokenizer.pad_token_id)
+        behaviour = torch.zeros_like(logp)  # y is on-policy in the trained context [x][h ⊕ y]
+    else:
+        comp, real, logp = gen.completion_ids.cpu(), gen.completion_mask.cpu(), gen.logprobs.cpu()
+        origin = torch.where(has_hint[:, None] & real, int(Origin.GUIDED), int(Origin.POLICY)).to(torch.uint8)
+        behaviour = behaviour_logprobs(policy, context[0], context[1], comp, real, temperature)
+        behaviour = torch.where(origin == int(Origin.GUIDED), behaviour, torch.zeros_like(behaviour))
+    return Rollouts(problems=rows, prompt_ids=prompt[0], prompt_mask=prompt[1], completion_ids=comp,
+                    completion_mask=trained_mask(real, origin), completion_attention=real, group_ids=group_ids,
+                    rollout_logprobs=logp, token_origin=origin, behaviour_logprobs=behaviour, texts=texts)
 
 
 def assemble(parts: list[Rollouts], order: list[tuple[int, int]], pad_id: int) -> Rollouts:

@@ -13,10 +13,9 @@ from rlvr.registry import param, register
 from rlvr.rewards.answer import EXTRACT_MODES, extract_answer, normalise
 from rlvr.rollout.hf import encode_prompts, generate_ids
 from rlvr.rollout.mcmc import PolicyPrefixes, power_mh
-from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, behaviour_logprobs, extend_contexts,
-                                        generation_rollouts, join_completions, row_group_ids, sample_plain,
-                                        trained_mask)
-from rlvr.types import Origin, Problem, Rollouts
+from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, extend_contexts, generation_rollouts,
+                                        hinted_rollouts, row_group_ids, sample_plain)
+from rlvr.types import Problem, Rollouts
 
 CORRECTIONS = ("none", "oc_grpo")
 
@@ -181,19 +180,10 @@ class HiTTRLSampler(Sampler):
         ctx_ids, ctx_mask = extend_contexts(base_ids, base_mask, hints, tok.pad_token_id)
         gen = generate_ids(policy, tok, ctx_ids, ctx_mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                            top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919)
-        texts = [tok.decode(h, skip_special_tokens=True) + y for h, y in zip(hints, gen.texts)]  # reward reads h ⊕ y
-        if self.config.hint_is_correction == "none":
-            comp, real, origin, logp = join_completions(hints, Origin.HINT, gen, tok.pad_token_id)
-            behaviour = torch.zeros_like(logp)  # y is on-policy in the trained context [x][h ⊕ y]
-        else:
-            comp, real, logp = gen.completion_ids.cpu(), gen.completion_mask.cpu(), gen.logprobs.cpu()
-            has_hint = torch.tensor([bool(h) for h in hints])  # (N_h,)
-            origin = torch.where(has_hint[:, None] & real, int(Origin.GUIDED), int(Origin.POLICY)).to(torch.uint8)
-            behaviour = behaviour_logprobs(policy, ctx_ids, ctx_mask, comp, real, r.temperature)
-            behaviour = torch.where(origin == int(Origin.GUIDED), behaviour, torch.zeros_like(behaviour))
-        return Rollouts(problems=rows, prompt_ids=base_ids, prompt_mask=base_mask, completion_ids=comp,
-                        completion_mask=trained_mask(real, origin), completion_attention=real, group_ids=group_ids,
-                        rollout_logprobs=logp, token_origin=origin, behaviour_logprobs=behaviour, texts=texts)
+        mode = "masked" if self.config.hint_is_correction == "none" else "drop"
+        has_hint = torch.tensor([bool(h) for h in hints])  # (N_h,)
+        return hinted_rollouts(policy, tok, rows, group_ids, (base_ids, base_mask), (ctx_ids, ctx_mask), hints,
+                               has_hint, gen, mode, r.temperature)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:

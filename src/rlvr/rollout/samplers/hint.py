@@ -9,10 +9,10 @@ import torch
 from rlvr.models import format_prompt
 from rlvr.registry import param, register
 from rlvr.rollout.hf import encode_prompts, generate_ids
-from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, behaviour_logprobs, check_range,
-                                        engine_kwargs, extend_contexts, generation_rollouts, join_completions,
-                                        row_group_ids, sample_plain, text_cut_at_boundary, trained_mask, uniform_fractions)
-from rlvr.types import Origin, Problem, Rollouts
+from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, check_range, engine_kwargs,
+                                        extend_contexts, generation_rollouts, hinted_rollouts, row_group_ids,
+                                        sample_plain, text_cut_at_boundary, uniform_fractions)
+from rlvr.types import Problem, Rollouts
 
 GUIDE_WHEN = ("all_zero_groups", "fixed_ratio")
 PLACEMENTS = ("response", "prompt")
@@ -147,17 +147,6 @@ class HintSampler(Sampler):
             ctx_ids, ctx_mask = extend_contexts(base_ids, base_mask, hint_ids, tok.pad_token_id)
         gen = generate_ids(policy, tok, ctx_ids, ctx_mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                            top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919, **engine_kwargs(r))
-        texts = [(tok.decode(h, skip_special_tokens=True) if h else "") + y for h, y in zip(hint_ids, gen.texts)]
-        has_hint = torch.tensor([bool(h) for h in hints])  # (N_g,)
-        if cfg.hint_in_target == "masked":
-            comp, real, origin, logp = join_completions(hint_ids, Origin.HINT, gen, tok.pad_token_id)
-            behaviour = torch.zeros_like(logp)  # y is on-policy in the trained context [x][h ⊕ y]
-        else:
-            comp, real = gen.completion_ids.cpu(), gen.completion_mask.cpu()
-            logp = gen.logprobs.cpu()
-            origin = torch.where(has_hint[:, None] & real, int(Origin.GUIDED), int(Origin.POLICY)).to(torch.uint8)
-            behaviour = behaviour_logprobs(policy, ctx_ids, ctx_mask, comp, real, r.temperature)
-            behaviour = torch.where(origin == int(Origin.GUIDED), behaviour, torch.zeros_like(behaviour))
-        return Rollouts(problems=rows, prompt_ids=base_ids, prompt_mask=base_mask, completion_ids=comp,
-                        completion_mask=trained_mask(real, origin), completion_attention=real, group_ids=group_ids,
-                        rollout_logprobs=logp, token_origin=origin, behaviour_logprobs=behaviour, texts=texts)
+        has_hint = torch.tensor([bool(h) for h in hints])  # (N_g,) a prompt-side hint has no hint tokens
+        return hinted_rollouts(policy, tok, rows, group_ids, (base_ids, base_mask), (ctx_ids, ctx_mask), hint_ids,
+                               has_hint, gen, cfg.hint_in_target, r.temperature)

@@ -14,7 +14,7 @@ from rlvr.envs.base import EPISODE_KEY, ROLE_POLICY, Environment, build_env
 from rlvr.models import format_prompt
 from rlvr.registry import param, register
 from rlvr.rollout.hf import Generation, encode_prompts, generate_ids
-from rlvr.rollout.samplers.base import SampleContext, Sampler, trained_mask
+from rlvr.rollout.samplers.base import SampleContext, Sampler, left_pad, trained_mask
 from rlvr.types import Origin, Problem, Rollouts
 
 REWARDS = ("final", "best")
@@ -255,18 +255,6 @@ class MultiTurnSampler(Sampler):
         reward = e.scores[-1] if self.config.reward == "final" else max(e.scores)
         record = {"reward": float(reward), "scores": list(e.scores), "roles": list(e.roles), "info": dict(e.env.info)}
         return dataclasses.replace(e.problem, meta={**e.problem.meta, EPISODE_KEY: record})
-
-
-def left_pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Left-padded ids (N, W) and bool mask (N, W) from lists of token ids."""
-    width = max(max((len(r) for r in rows), default=0), 1)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r):] = True
-    return ids, mask
 
 
 def _at_turn_ends(eps: list[_Episode], width: int) -> Tensor:
