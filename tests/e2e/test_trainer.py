@@ -149,7 +149,7 @@ def test_checkpoint_is_safetensors_and_json(tmp_path):
     weights = load_file(str(ckpt / "model.safetensors"))
     for key, value in trainer.policy.state_dict().items():
         if key in weights:
-            assert torch.equal(weights[key], value)
+            assert torch.equal(weights[key], value.cpu())
     state = json.loads((ckpt / "state.json").read_text())
     assert state["step"] == 1 and "scheduler" in state
 

@@ -105,11 +105,11 @@ class C3RL(RewardShaper):
         answered = torch.tensor([a is not None for a in answers]) if answers and len(answers) == n \
             else torch.ones(n, dtype=torch.bool)
         verdict = rollouts.rewards[:, 0].float()  # (N,)
-        correct = verdict >= 0.5
+        correct = (verdict >= 0.5).cpu()  # the text-derived terms are built on the CPU
         acc_ref, has_ref = self._reference(rollouts, correct)
         terms = c3rl_reward(correct, confidence, stated, answered, acc_ref, has_ref, self.config)
         rewards = torch.cat([rollouts.rewards.clone(), verdict[:, None]], dim=1)  # (N, K + 1)
-        rewards[:, 0] = terms["total"]
+        rewards[:, 0] = terms["total"].to(rewards.device)
         names = list(rollouts.reward_names) or ["correct"]
         names = ["c3rl", *names[1:], "correct"]
         meta = {**rollouts.meta, "confidence": parsed,

@@ -25,6 +25,7 @@ ignores the temperature and reports the plain log-softmax.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,7 +221,7 @@ def _decode_loop(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor
     attn = prompt_mask.long()  # (B, P + t)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
     cache = DynamicCache(config=model.config)
-    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, cache=cache,
+    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, **cache_kwargs(model, cache),
                    use_cache=True, logits_to_keep=1).logits[:, -1, :]  # (B, V)
     next_pos = pos[:, -1:] + 1  # (B, 1)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)  # (B,)
@@ -241,7 +242,7 @@ def _decode_loop(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor
             rows, attn, next_pos, token, finished = rows[keep], attn[keep], next_pos[keep], token[keep], finished[keep]
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)
         logits = model(input_ids=token.unsqueeze(-1), attention_mask=attn, position_ids=next_pos,
-                       cache=cache, use_cache=True).logits[:, -1, :]
+                       **cache_kwargs(model, cache), use_cache=True).logits[:, -1, :]
         next_pos = next_pos + 1
     return tokens[:, :steps], logprobs[:, :steps]
 
@@ -276,6 +277,21 @@ def _mask_through_first_eos(tokens: Tensor, eos_ids: Tensor) -> Tensor:
     is_eos = torch.isin(tokens, eos_ids).long()  # (N, T)
     before = is_eos.cumsum(-1) - is_eos  # eos tokens strictly before t
     return before == 0
+
+
+def cache_kwargs(model: PreTrainedModel, cache: DynamicCache) -> dict[str, DynamicCache]:
+    """``{name: cache}`` for the model's forward: transformers renamed ``past_key_values`` to ``cache``
+    (5.2x), and an older forward silently ignores the new name (every decode step would then run
+    without the cache)."""
+    forward = getattr(model, "forward", model)
+    name = _CACHE_ARG.get(type(model))
+    if name is None:
+        name = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+        _CACHE_ARG[type(model)] = name
+    return {name: cache}
+
+
+_CACHE_ARG: dict[type, str] = {}
 
 
 def _special_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, Tensor]:

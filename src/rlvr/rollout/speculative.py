@@ -59,6 +59,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from rlvr.registry import RegistryError, make_config, param
+from rlvr.rollout.hf import cache_kwargs
 from rlvr.rollout.draft_heads import DraftHeads, fit_heads, output_layer_weight
 
 
@@ -328,7 +329,8 @@ class _Rows:
         attn = prompt_mask.long()  # (B, P)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=model.config)
-        out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True,
+        out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                    **cache_kwargs(model, cache),
                     logits_to_keep=1, output_hidden_states=True)
         logits = out.logits[:, -1].float()  # (B, V)
         rows = torch.arange(prompt_ids.shape[0], device=prompt_ids.device)
@@ -340,7 +342,8 @@ class _Rows:
         width = inputs.shape[1]
         self.attn = torch.cat([self.attn, torch.ones_like(self.attn[:, :width])], dim=-1)
         pos = self.next_pos.unsqueeze(-1) + torch.arange(width, device=inputs.device)  # (B, k+1)
-        out = model(input_ids=inputs, attention_mask=self.attn, position_ids=pos, cache=self.cache, use_cache=True,
+        out = model(input_ids=inputs, attention_mask=self.attn, position_ids=pos, use_cache=True,
+                    **cache_kwargs(model, self.cache),
                     output_hidden_states=True)
         return out.logits.float(), out.hidden_states[-1].float()
 

@@ -56,6 +56,8 @@ class Trainer:
         self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps) if cfg.critic.enabled else None
         optimizer, self.scheduler = build_optimizer(cfg, model)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
+        if self.ref_model is not None:  # prepare() moved the policy; the frozen copy follows it
+            self.ref_model.to(self.acc.device)
         self.timer = PhaseTimer()
         self.collector = Collector(
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],

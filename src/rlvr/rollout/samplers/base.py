@@ -77,7 +77,8 @@ def generation_rollouts(rows: list[Problem], gen: Generation, group_ids: Tensor)
     SpecRoll's acceptance, go to ``meta["sampler_metrics"]``)."""
     batch = Rollouts(problems=rows, prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask,
                      completion_ids=gen.completion_ids, completion_mask=gen.completion_mask,
-                     group_ids=group_ids, rollout_logprobs=gen.logprobs, texts=list(gen.texts))
+                     group_ids=group_ids.to(gen.completion_ids.device), rollout_logprobs=gen.logprobs,
+                     texts=list(gen.texts))
     if getattr(gen, "stats", None):
         batch.meta["sampler_metrics"] = dict(gen.stats)
     return batch

@@ -93,7 +93,7 @@ class WeakPrefixSampler(Sampler):
 
     def _prefixed(self, policy: torch.nn.Module, rows: list[Problem], m: int, ctx: SampleContext) -> Rollouts:
         tok, r = ctx.tokenizer, ctx.rollout
-        weak_gen = self._weak_generation(rows, ctx)
+        weak_gen = self._weak_generation(rows, ctx, next(policy.parameters()).device)
         prefixes = self._cut(weak_gen, ctx)
         ids, mask = extend_contexts(weak_gen.prompt_ids.cpu(), weak_gen.prompt_mask.cpu(), prefixes,
                                     tok.pad_token_id)
@@ -111,10 +111,10 @@ class WeakPrefixSampler(Sampler):
                                        "rollout/prefix_empty_frac": (lengths == 0).float().mean().item()}
         return out
 
-    def _weak_generation(self, rows: list[Problem], ctx: SampleContext) -> Any:
+    def _weak_generation(self, rows: list[Problem], ctx: SampleContext, device: torch.device) -> Any:
         from dataclasses import replace
         weak_ctx = replace(ctx, rollout=_with_temperature(ctx.rollout, self.config.weak_temperature))
-        return sample_plain(self._weak_model(ctx), rows, weak_ctx, ctx.seed + 104_729)
+        return sample_plain(self._weak_model(ctx).to(device), rows, weak_ctx, ctx.seed + 104_729)
 
     def _cut(self, weak_gen: Any, ctx: SampleContext) -> list[list[int]]:
         """The prefix ``u_i`` of each weak completion: eos excluded, cut at a step boundary."""
