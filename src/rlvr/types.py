@@ -108,12 +108,13 @@ class Rollouts:
         return self.completion_mask if self.completion_attention is None else self.completion_attention
 
     def to(self, device: torch.device | str) -> "Rollouts":
-        """The batch with every tensor field on ``device`` (samplers may build parts on the CPU)."""
+        """The batch with every tensor field on ``device`` (samplers may build parts on the CPU);
+        ``self`` when every field is already there (the plain sampler's case: no copy, no re-check)."""
+        device = torch.device(device)
         kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name, value in kwargs.items():
-            if isinstance(value, Tensor) and value.device != torch.device(device):
-                kwargs[name] = value.to(device)
-        return Rollouts(**kwargs)
+        moved = {name: value.to(device) for name, value in kwargs.items()
+                 if isinstance(value, Tensor) and value.device != device}
+        return Rollouts(**{**kwargs, **moved}) if moved else self
 
     def select(self, rows: Tensor) -> "Rollouts":
         """The sub-batch of the given row indices (a 1-D long tensor), every per-row field sliced."""

@@ -145,7 +145,7 @@ class GAR(RewardShaper):
         names = list(rollouts.reward_names) or [f"objective_{k}" for k in range(rollouts.rewards.shape[1])]
         names = [*names[:cfg.column], "gar", *names[cfg.column + 1:], "correct"]
         metrics = _metrics(reward, cos, rel, usable, verdict > 0, self._last_forwards)
-        meta = {k: v for k, v in rollouts.meta.items() if k != "hidden"}
+        meta = dict(rollouts.meta)  # "hidden" was popped above
         meta["shaper_metrics"] = {**rollouts.meta.get("shaper_metrics", {}), **metrics}
         return replace(rollouts, rewards=rewards, reward_names=names, meta=meta)
 

@@ -221,7 +221,8 @@ def _decode_loop(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor
     attn = prompt_mask.long()  # (B, P + t)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
     cache = DynamicCache(config=model.config)
-    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, **cache_kwargs(model, cache),
+    cache_kw = cache_kwargs(model, cache)
+    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, **cache_kw,
                    use_cache=True, logits_to_keep=1).logits[:, -1, :]  # (B, V)
     next_pos = pos[:, -1:] + 1  # (B, 1)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)  # (B,)
@@ -242,7 +243,7 @@ def _decode_loop(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor
             rows, attn, next_pos, token, finished = rows[keep], attn[keep], next_pos[keep], token[keep], finished[keep]
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)
         logits = model(input_ids=token.unsqueeze(-1), attention_mask=attn, position_ids=next_pos,
-                       **cache_kwargs(model, cache), use_cache=True).logits[:, -1, :]
+                       **cache_kw, use_cache=True).logits[:, -1, :]
         next_pos = next_pos + 1
     return tokens[:, :steps], logprobs[:, :steps]
 

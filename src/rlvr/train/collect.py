@@ -35,6 +35,7 @@ class Collector:
         self.cfg, self.tokenizer, self.seed, self.timer = cfg, tokenizer, seed, timer
         self.rank, self.world_size = rank, world_size
         self.local_prompts = cfg.prompts_per_step // world_size
+        self._looked: dict[tuple[int, str], Any] = {}  # (id(problem), text) -> Score a sampler asked for this round
 
     def collect(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
         parts, kept, stats = [], 0, {"rollout/rounds": 0.0, "rollout/sampled_rows": 0.0}
@@ -84,15 +85,25 @@ class Collector:
         ctx = SampleContext(tokenizer=self.tokenizer, rollout=self.cfg, seed=seed,
                             group_offset=round_ * 100_000 + self.rank * 10_000, reference=self.reference,
                             verify=self._correctness)
+        self._looked = {}
         batch = self.sampler.sample(model, problems, self.cfg.group_size, ctx)
         return batch.to(next(model.parameters()).device)
 
     def _correctness(self, problems: list[Problem], texts: list[str]) -> list[float]:
-        """The verifier's reward per (problem, completion), for samplers that look before they guide."""
-        return [s.value for s in verify_all(self.task, problems, texts, self.cfg.verify_timeout_s)]
+        """The verifier's reward per (problem, completion), for samplers that look before they guide;
+        the scores are kept so ``_verify`` does not verify the same rows again this round."""
+        scores = verify_all(self.task, problems, texts, self.cfg.verify_timeout_s)
+        self._looked.update({(id(p), t): s for p, t, s in zip(problems, texts, scores)})
+        return [s.value for s in scores]
 
     def _verify(self, batch: Rollouts) -> None:
-        scores = verify_all(self.task, batch.problems, batch.texts, self.cfg.verify_timeout_s)
+        looked, self._looked = self._looked, {}
+        scores = [looked.get((id(p), t)) for p, t in zip(batch.problems, batch.texts)]
+        todo = [i for i, s in enumerate(scores) if s is None]
+        fresh = verify_all(self.task, [batch.problems[i] for i in todo], [batch.texts[i] for i in todo],
+                           self.cfg.verify_timeout_s)
+        for i, s in zip(todo, fresh):
+            scores[i] = s
         # Objective 0 is the verdict; tasks may add named objectives (format, partial credit, ...).
         names = list(dict.fromkeys(k for s in scores for k in s.meta.get("objectives", {})))
         rows = [[s.value] + [float(s.meta.get("objectives", {}).get(k, 0.0)) for k in names] for s in scores]

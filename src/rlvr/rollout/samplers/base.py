@@ -58,12 +58,15 @@ class Sampler(Plugin, ABC):
 
 # --- building blocks ----------------------------------------------------------------------------
 
-def sample_plain(model: torch.nn.Module, rows: list[Problem], ctx: SampleContext, seed: int) -> Generation:
-    """One completion per row from the formatted prompt, with the run's sampling settings."""
+def sample_plain(model: torch.nn.Module, rows: list[Problem], ctx: SampleContext, seed: int, *,
+                 keep_hidden: bool = False) -> Generation:
+    """One completion per row from the formatted prompt, with the run's sampling settings
+    (``keep_hidden``: also the output layer's inputs, ``Generation.hidden``)."""
     r = ctx.rollout
     prompts = [format_prompt(ctx.tokenizer, p.prompt) for p in rows]
     return generate(model, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                    top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed, **engine_kwargs(r))
+                    top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed, keep_hidden=keep_hidden,
+                    **engine_kwargs(r))
 
 
 def engine_kwargs(rollout: Any) -> dict[str, Any]:

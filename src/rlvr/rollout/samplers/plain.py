@@ -6,12 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.models import format_prompt
 from rlvr.registry import param, register
-from rlvr.rollout.hf import generate
-from rlvr.rollout.samplers.base import (
-    SampleContext, Sampler, engine_kwargs, generation_rollouts, row_group_ids, sample_plain,
-)
+from rlvr.rollout.samplers.base import SampleContext, Sampler, generation_rollouts, row_group_ids, sample_plain
 from rlvr.types import Problem, Rollouts
 
 
@@ -36,14 +32,7 @@ class PlainSampler(Sampler):
     def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,
                ctx: SampleContext) -> Rollouts:
         rows = [p for p in problems for _ in range(group_size)]
-        if not self.config.keep_hidden:
-            gen = sample_plain(policy, rows, ctx, ctx.seed)
-        else:
-            r = ctx.rollout
-            prompts = [format_prompt(ctx.tokenizer, p.prompt) for p in rows]
-            gen = generate(policy, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed, keep_hidden=True,
-                           **engine_kwargs(r))
+        gen = sample_plain(policy, rows, ctx, ctx.seed, keep_hidden=self.config.keep_hidden)
         batch = generation_rollouts(rows, gen, row_group_ids(group_size, len(problems), ctx.group_offset))
         if gen.hidden is not None:
             batch.meta["hidden"] = gen.hidden  # (N, T, H)
