@@ -189,6 +189,17 @@ def test_dataset_missing_column_names_column_and_file(tmp_path):
         build("task", "dataset")
 
 
+def test_dataset_meta_columns_reach_problem_meta(tmp_path):
+    rows = [{**r, "ref_accuracy": i / 40} for i, r in enumerate(ROWS)]
+    task = build("task", "dataset", path=str(write_jsonl(tmp_path / "d.jsonl", rows)), meta_columns=["ref_accuracy"])
+    by_prompt = {r["prompt"]: r["ref_accuracy"] for r in rows}
+    problems = task.rows("train") + task.rows("test")
+    assert len(problems) == 40 and all(p.meta["ref_accuracy"] == by_prompt[p.prompt] for p in problems)
+    missing = build("task", "dataset", path=str(write_jsonl(tmp_path / "e.jsonl", ROWS)), meta_columns=["ref_accuracy"])
+    with pytest.raises(ValueError, match="'ref_accuracy' is missing"):
+        missing.rows("train")
+
+
 def test_dataset_parquet_and_saved_dataset_dict(tmp_path):
     datasets = pytest.importorskip("datasets")
     pq = pytest.importorskip("pyarrow.parquet")

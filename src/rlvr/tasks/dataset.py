@@ -27,6 +27,8 @@ class DatasetConfig(TaskConfig):
     solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
     timeout_s: float = param(5.0, "time limit of one answer check, in seconds")
     verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact")
+    meta_columns: list = param([], "extra columns copied into each Problem.meta (e.g. ref_accuracy for c3rl); "
+                                   "a missing one is an error")
 
 
 @register("task", "dataset")
@@ -109,7 +111,7 @@ class Dataset(Task):
     def _problems_from(self, rows: list[dict[str, Any]], source: str) -> list[Problem]:
         cfg = self.config
         columns = set(rows[0]) if rows else set()
-        for col in (cfg.prompt_column, cfg.answer_column):
+        for col in (cfg.prompt_column, cfg.answer_column, *cfg.meta_columns):
             if col and col not in columns:
                 hint = "; for a dataset without answers set answer_column: ''" if col == cfg.answer_column else ""
                 raise ValueError(f"dataset task: column '{col}' is missing in {source} "
@@ -119,8 +121,9 @@ class Dataset(Task):
             prompt, solution = str(row[cfg.prompt_column]), row.get(cfg.solution_column)
             uid = f"dataset:{prompt_hash(prompt):016x}"
             answer = row.get(cfg.answer_column) if cfg.answer_column else None
+            meta = {"row": i, "source": source, **{col: row[col] for col in cfg.meta_columns}}
             out.append(Problem(prompt, None if answer is None else str(answer),
-                               None if solution is None else str(solution), uid, {"row": i, "source": source}))
+                               None if solution is None else str(solution), uid, meta))
         return out
 
 
