@@ -99,10 +99,10 @@ class Collector:
     def _verify(self, batch: Rollouts) -> None:
         looked, self._looked = self._looked, {}
         scores = [looked.get((id(p), t)) for p, t in zip(batch.problems, batch.texts)]
-        todo = [i for i, s in enumerate(scores) if s is None]
-        fresh = verify_all(self.task, [batch.problems[i] for i in todo], [batch.texts[i] for i in todo],
+        unscored = [i for i, s in enumerate(scores) if s is None]
+        fresh = verify_all(self.task, [batch.problems[i] for i in unscored], [batch.texts[i] for i in unscored],
                            self.cfg.verify_timeout_s)
-        for i, s in zip(todo, fresh):
+        for i, s in zip(unscored, fresh):
             scores[i] = s
         # Objective 0 is the verdict; tasks may add named objectives (format, partial credit, ...).
         names = list(dict.fromkeys(k for s in scores for k in s.meta.get("objectives", {})))
