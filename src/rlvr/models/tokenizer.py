@@ -7,8 +7,6 @@ tokens, so ``decode(encode(s)) == s`` for any string over the charset.
 
 from __future__ import annotations
 
-import string
-
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.registry import param, register
-from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, behaviour_logprobs, generation_rollouts,
-                                        row_group_ids, sample_plain)
+from rlvr.rollout.samplers.base import (SampleContext, Sampler, behaviour_logprobs, generation_rollouts,
+                                        mixed_groups, row_group_ids, sample_plain)
 from rlvr.types import Origin, Problem, Rollouts
 
 
@@ -54,22 +54,11 @@ class AnchorSampler(Sampler):
         a = self.config.anchors
         if a > group_size:
             raise ValueError(f"anchor: anchors={a} exceeds the group size G={group_size}")
-        b, on = len(problems), group_size - a
-        parts, order = [], []
-        if on:
-            rows = [p for p in problems for _ in range(on)]
-            parts.append(generation_rollouts(rows, sample_plain(policy, rows, ctx, ctx.seed),
-                                             row_group_ids(on, b, ctx.group_offset)))
-        if not a:
-            return parts[0]
-        if ctx.reference is None:
+        if a and ctx.reference is None:
             raise ValueError("anchor: the sampler needs the trainer's frozen reference model")
-        parts.append(self._anchors([p for p in problems for _ in range(a)], a, ctx))
-        k = len(parts) - 1
-        for i in range(b):
-            order += [(0, i * on + j) for j in range(on)] + [(k, i * a + j) for j in range(a)]
-        out = assemble(parts, order, ctx.tokenizer.pad_token_id)
-        out.meta["sampler_metrics"] = {"rollout/anchor_rows_frac": a / group_size}
+        out = mixed_groups(policy, problems, group_size - a, a, lambda rows: self._anchors(rows, a, ctx), ctx)
+        if a:
+            out.meta["sampler_metrics"] = {"rollout/anchor_rows_frac": a / group_size}
         return out
 
     def _anchors(self, rows: list[Problem], a: int, ctx: SampleContext) -> Rollouts:

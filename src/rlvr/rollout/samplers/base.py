@@ -23,7 +23,7 @@ from torch import Tensor
 from rlvr.batching import concat_rollouts
 from rlvr.models import format_prompt
 from rlvr.plugin import Plugin
-from rlvr.rollout.hf import Generation, encode_prompts, generate, generate_ids
+from rlvr.rollout.hf import Generation, generate
 from rlvr.rollout.scoring import sequence_logprobs
 from rlvr.types import Origin, Problem, Rollouts
 
@@ -73,6 +73,27 @@ def engine_kwargs(rollout: Any) -> dict[str, Any]:
     """``engine`` and ``engine_params`` of the run's RolloutConfig, for ``generate`` / ``generate_ids``
     (the default loop engine for configs that predate them)."""
     return {"engine": getattr(rollout, "engine", "loop"), "engine_params": getattr(rollout, "engine_params", None)}
+
+
+def mixed_groups(policy: torch.nn.Module, problems: list[Problem], plain_n: int, extra_n: int,
+                 extra: Callable[[list[Problem]], Rollouts], ctx: SampleContext) -> Rollouts:
+    """Groups of ``plain_n`` plain rows then ``extra_n`` rows from ``extra`` (called once with every
+    problem repeated ``extra_n`` times), in group order; only the plain rows when ``extra_n`` is 0
+    (so a guidance fraction of 0 is the plain sampler, token for token)."""
+    b, parts, order = len(problems), [], []
+    if plain_n:
+        rows = [p for p in problems for _ in range(plain_n)]
+        parts.append(generation_rollouts(rows, sample_plain(policy, rows, ctx, ctx.seed),
+                                         row_group_ids(plain_n, b, ctx.group_offset)))
+    if not extra_n:
+        return parts[0]
+    parts.append(extra([p for p in problems for _ in range(extra_n)]))
+    k = len(parts) - 1
+    for i in range(b):
+        order += [(0, i * plain_n + j) for j in range(plain_n)] + [(k, i * extra_n + j) for j in range(extra_n)]
+    out = assemble(parts, order, ctx.tokenizer.pad_token_id)
+    out.meta["sampler_metrics"] = dict(parts[k].meta.get("sampler_metrics", {}))
+    return out
 
 
 def generation_rollouts(rows: list[Problem], gen: Generation, group_ids: Tensor) -> Rollouts:

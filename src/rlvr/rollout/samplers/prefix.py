@@ -9,9 +9,9 @@ import torch
 
 from rlvr.registry import param, register
 from rlvr.rollout.hf import generate_ids
-from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, check_range, cut_at_boundary,
-                                        engine_kwargs, extend_contexts, generation_rollouts, join_completions,
-                                        row_group_ids, sample_plain, trained_mask, uniform_fractions)
+from rlvr.rollout.samplers.base import (SampleContext, Sampler, check_range, cut_at_boundary, engine_kwargs,
+                                        extend_contexts, join_completions, mixed_groups, row_group_ids,
+                                        sample_plain, trained_mask, uniform_fractions)
 from rlvr.types import Origin, Problem, Rollouts
 
 
@@ -75,21 +75,7 @@ class WeakPrefixSampler(Sampler):
     def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,
                ctx: SampleContext) -> Rollouts:
         m = round(self.config.prefix_fraction * group_size)
-        b, plain_n = len(problems), group_size - m
-        parts, order = [], []
-        if plain_n:
-            rows = [p for p in problems for _ in range(plain_n)]
-            parts.append(generation_rollouts(rows, sample_plain(policy, rows, ctx, ctx.seed),
-                                             row_group_ids(plain_n, b, ctx.group_offset)))
-        if not m:
-            return parts[0]
-        parts.append(self._prefixed(policy, [p for p in problems for _ in range(m)], m, ctx))
-        k = len(parts) - 1
-        for i in range(b):  # group order: plain rows of problem i, then its prefixed rows
-            order += [(0, i * plain_n + j) for j in range(plain_n)] + [(k, i * m + j) for j in range(m)]
-        out = assemble(parts, order, ctx.tokenizer.pad_token_id)
-        out.meta["sampler_metrics"] = parts[k].meta["sampler_metrics"]
-        return out
+        return mixed_groups(policy, problems, group_size - m, m, lambda rows: self._prefixed(policy, rows, m, ctx), ctx)
 
     def _prefixed(self, policy: torch.nn.Module, rows: list[Problem], m: int, ctx: SampleContext) -> Rollouts:
         tok, r = ctx.tokenizer, ctx.rollout
