@@ -21,7 +21,7 @@ from rlvr.optim.es import ESConfig, ESStepResult, es_step, select_parameters
 from rlvr.optim.noise import member_seeds
 from rlvr.rollout import generate
 from rlvr.tasks import verify_all
-from rlvr.train.budget import budget_reason
+from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.train.collect import step_seed
 from rlvr.train.config import Config, to_dict
@@ -77,14 +77,7 @@ class ESTrainer:
         while (reason := self._budget_reason()) is None:
             start = time.perf_counter()
             metrics = self.train_step()
-            self.step += 1
-            self.rollouts_spent += int(metrics["rollout/sampled_rows"])
-            self.seconds_spent += time.perf_counter() - start
-            metrics.update({"rollout/spent": self.rollouts_spent, "time/elapsed": self.seconds_spent})
-            if (eval_fn is not None and self.acc.is_main_process and self.cfg.run.eval_every
-                    and self.step % self.cfg.run.eval_every == 0):
-                metrics.update(eval_fn(self.policy, self.step))
-            logger.log(self.step, metrics)
+            end_step(self, metrics, int(metrics["rollout/sampled_rows"]), start, eval_fn, logger)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", update=f"{metrics['es/update_norm']:.2e}")
             bar.update(1)
             if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:

@@ -1,7 +1,9 @@
-"""Run budgets: which of ``run.steps``, ``run.max_rollouts`` and ``run.max_seconds`` ends a run."""
+"""Run budgets: which of ``run.steps``, ``run.max_rollouts`` and ``run.max_seconds`` ends a run, and the
+per-step bookkeeping that advances them."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -20,3 +22,19 @@ def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any =
     if run.max_seconds and seconds >= run.max_seconds:
         return "seconds"
     return None
+
+
+def end_step(trainer: Any, metrics: dict[str, float], sampled: int, started: float, eval_fn: Any,
+             logger: Any) -> None:
+    """The bookkeeping after one optimizer step that every trainer loop shares: advance the step and
+    the rollout / wall-clock budgets, add them to ``metrics``, run the periodic evaluation (main
+    process only) and log. ``trainer`` has ``step``, ``rollouts_spent``, ``seconds_spent``, ``cfg``,
+    ``acc`` and ``policy``; ``sampled`` is the completions this step sampled on all ranks."""
+    trainer.step += 1
+    trainer.rollouts_spent += sampled
+    trainer.seconds_spent += time.perf_counter() - started
+    metrics.update({"rollout/spent": trainer.rollouts_spent, "time/elapsed": trainer.seconds_spent})
+    run = trainer.cfg.run
+    if eval_fn is not None and trainer.acc.is_main_process and run.eval_every and trainer.step % run.eval_every == 0:
+        metrics.update(eval_fn(trainer.policy, trainer.step))
+    logger.log(trainer.step, metrics)

@@ -25,7 +25,7 @@ from rlvr.batching import micro_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.rollout import sequence_logprobs
-from rlvr.train.budget import budget_reason
+from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
@@ -87,14 +87,8 @@ class Trainer:
                 last = latest_checkpoint(self.run_dir)
                 raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
                                          f"checkpoint: {last or 'none'}") from err
-            self.step += 1
-            self.rollouts_spent += round(metrics["rollout/sampled_rows"] * self.acc.num_processes)
-            self.seconds_spent += time.perf_counter() - start
-            metrics.update({"rollout/spent": self.rollouts_spent, "time/elapsed": self.seconds_spent})
-            if (eval_fn is not None and self.acc.is_main_process and self.cfg.run.eval_every
-                    and self.step % self.cfg.run.eval_every == 0):
-                metrics.update(eval_fn(self.policy, self.step))
-            logger.log(self.step, metrics)
+            end_step(self, metrics, round(metrics["rollout/sampled_rows"] * self.acc.num_processes), start,
+                     eval_fn, logger)
             logger.samples(self.step, _samples(batch, self.cfg.run.log_samples))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", loss=f"{metrics['loss/total']:.4f}")
             bar.update(1)
