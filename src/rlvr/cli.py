@@ -63,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode", choices=["gumbel", "greedy"], default="gumbel")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's rollout.max_new_tokens")
 
+    p = sub.add_parser("example", help="a random Qwen2/Llama-architecture model with a locally trained BPE "
+                                       "tokenizer and chat template, plus word problems (nothing downloaded)")
+    p.add_argument("out", help="folder: OUT/model (save_pretrained) and OUT/data/train.jsonl")
+    p.add_argument("--arch", choices=("qwen2", "llama"), default="qwen2")
+    p.add_argument("--size", default="small", help="tiny | small | 30m | 100m | 0.5b (rlvr.models.real.SIZES)")
+    p.add_argument("--problems", type=int, default=2000, help="word problems in the JSONL")
+    p.add_argument("--seed", type=int, default=0)
+
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", choices=KINDS, default=None)
@@ -178,7 +186,14 @@ def _print_summary(summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=2, default=str))
 
 
-_COMMANDS = {"compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
+def cmd_example(args: argparse.Namespace) -> int:
+    from rlvr.models.real import make_example
+    paths = make_example(args.out, arch=args.arch, size=args.size, problems=args.problems, seed=args.seed)
+    print(json.dumps(paths, indent=2))
+    return 0
+
+
+_COMMANDS = {"example": cmd_example, "compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
 
 if __name__ == "__main__":
     sys.exit(main())
