@@ -6,7 +6,8 @@ base: {task: {name: arithmetic}, run: {eval_every: 50}}   # any `rlvr train` con
 methods:
   grpo: {preset: grpo}
   dapo: {preset: dapo, overrides: ["algorithm.loss.eps_high=0.3"]}
-seeds: [0, 1, 2]
+seeds: [0, 1, 2, 3, 4]        # default: 0-4
+baseline: grpo                # every other method is paired against it seed by seed (default: the first)
 budget: {steps: 300}          # or {rollouts: 19200} or {seconds: 120}
 shared_warm_start: true       # one warm start per seed, the same starting model for every method
 ```
@@ -24,6 +25,7 @@ from rlvr.presets import resolve_config
 from rlvr.train.config import Config, ConfigError, load_config, merge, parse_override, read_yaml
 
 BUDGET_KINDS = ("steps", "rollouts", "seconds")
+DEFAULT_SEEDS = [0, 1, 2, 3, 4]
 _UNLIMITED_STEPS = 10**9
 
 
@@ -43,6 +45,7 @@ class CompareConfig:
     budget: dict  # exactly one of BUDGET_KINDS → value
     shared_warm_start: bool = True
     jobs: int = 1
+    baseline: str | None = None  # the method paired against (None: the first)
     source: dict = field(default_factory=dict)  # the file as read, for the record
 
     def budget_text(self) -> str:
@@ -76,7 +79,8 @@ def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
     if not path.exists():
         raise ConfigError(f"comparison file not found: {path}")
     data = yaml.safe_load(path.read_text()) or {}
-    known = {"out_dir", "base", "base_config", "methods", "seeds", "budget", "shared_warm_start", "jobs", "paper"}
+    known = {"out_dir", "base", "base_config", "methods", "seeds", "budget", "shared_warm_start", "jobs", "paper",
+             "baseline", "regime", "claim"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {unknown}; valid: {sorted(known)}")
@@ -84,10 +88,15 @@ def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
     if data.get("base_config"):
         base = merge(read_yaml((path.parent / data["base_config"]).resolve()), base)
     cfg = CompareConfig(out_dir=Path(out_dir or data.get("out_dir") or f"runs/compare/{path.stem}"),
-                        base=base, methods=_methods(data.get("methods"), path), seeds=_seeds(data.get("seeds"), path),
+                        base=base, methods=_methods(data.get("methods"), path),
+                        seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), path),
                         budget=_budget(data.get("budget"), path),
                         shared_warm_start=bool(data.get("shared_warm_start", True)),
-                        jobs=int(data.get("jobs", 1)), source=data)
+                        jobs=int(data.get("jobs", 1)), baseline=_baseline(data.get("baseline"), path),
+                        source=data)
+    if cfg.baseline is not None and cfg.baseline not in {m.name for m in cfg.methods}:
+        raise ConfigError(f"{path}: baseline '{cfg.baseline}' is not one of the methods "
+                          f"{[m.name for m in cfg.methods]}")
     from rlvr.train.build import build_pipeline
     for method in cfg.methods:  # fail fast: unknown keys, plug-in names or parameters name the method
         try:
@@ -117,6 +126,12 @@ def _seeds(raw: Any, path: Path) -> tuple[int, ...]:
     if not isinstance(raw, list) or not raw or not all(isinstance(s, int) for s in raw):
         raise ConfigError(f"{path}: 'seeds' must be a non-empty list of integers, got {raw!r}")
     return tuple(raw)
+
+
+def _baseline(raw: Any, path: Path) -> str | None:
+    if raw is not None and not isinstance(raw, str):
+        raise ConfigError(f"{path}: 'baseline' must be a method name, got {raw!r}")
+    return raw
 
 
 def _budget(raw: Any, path: Path) -> dict:

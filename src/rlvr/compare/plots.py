@@ -186,3 +186,23 @@ def write_figures(out_dir: Path, runs: dict[str, list[tuple[dict, list[dict]]]],
         plot_pass_at_k(out_dir / "pass_at_k.png", records),
         plot_entropy(out_dir / "entropy.png", runs),
     ]
+
+
+def write_paired_figure(out_dir: Path, paired_results: dict[str, Any]) -> Path:
+    """``paired_differences.png``: per paired metric, each method's per-seed differences from the
+    baseline (dots) and their mean with the 95 % interval (bar), against a zero line."""
+    metrics, methods = paired_results["metrics"], list(paired_results["methods"])
+    fig, axes = _new_figure(len(metrics))
+    for ax, metric in zip(axes, metrics):
+        for i, method in enumerate(methods):
+            d = paired_results["methods"][method][metric]
+            if d["diffs"]:
+                ax.plot(d["diffs"], [i] * len(d["diffs"]), "o", color="0.6", markersize=3)
+            if d["mean"] is not None:
+                ax.errorbar([d["mean"]], [i], xerr=None if d["ci"] is None else [[d["ci"]], [d["ci"]]],
+                            fmt="s", color=f"C{i % 10}", capsize=3)
+        ax.axvline(0.0, color="k", linewidth=0.8)
+        ax.set_yticks(range(len(methods)), methods)
+        ax.set(xlabel=f"{metric}: method − {paired_results['baseline']}", title=f"paired difference, {metric}")
+    fig.suptitle("dots: per-seed differences; square and bar: mean and 95 % t interval", fontsize=8)
+    return _save(fig, out_dir / "paired_differences.png")

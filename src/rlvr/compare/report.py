@@ -22,13 +22,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlvr.compare.plots import write_figures
-from rlvr.compare.stats import mean_ci
+from rlvr.compare.plots import write_figures, write_paired_figure
+from rlvr.compare.stats import mean_ci, paired_difference
 from rlvr.train.logging import read_metrics
 
 FINAL_FRACTION = 0.1
 HIGHER = ("accuracy_after", "accuracy_gain", "final_reward")  # + pass@K, maj@K (added per report)
 LOWER = ("rollouts", "seconds")
+PAIRED = ["accuracy_after", "final_reward"]  # + pass@K (added per report); the gain's difference equals
+# the after-accuracy's when methods share the seed's warm start, so it is not repeated
 
 
 def final_mean(rows: list[dict[str, Any]], key: str, fraction: float = FINAL_FRACTION) -> float | None:
@@ -131,13 +133,31 @@ def best_methods(methods_stats: dict[str, dict[str, dict]], metrics: list[str]) 
     return best
 
 
+def paired(records: list[dict[str, Any]], methods: list[str], baseline: str,
+           metrics: list[str]) -> dict[str, Any]:
+    """Per method other than ``baseline`` and per metric, ``paired_difference`` over the seeds where
+    both finished (every method of a seed starts from the same warm start: the seed is the pair)."""
+    by_seed = {m: {r["seed"]: flat_metrics(r) for r in records if r["method"] == m and r["status"] == "done"}
+               for m in methods}
+    out: dict[str, Any] = {}
+    for method in methods:
+        if method == baseline:
+            continue
+        out[method] = {metric: paired_difference({s: f.get(metric) for s, f in by_seed[method].items()},
+                                                 {s: f.get(metric) for s, f in by_seed[baseline].items()},
+                                                 higher_is_better=metric not in LOWER)
+                       for metric in metrics}
+    return {"baseline": baseline, "metrics": metrics, "methods": out}
+
+
 def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[str, Any],
-                 smooth: int = 20) -> dict[str, Any]:
-    """Write results.json, results.md and the four PNGs into ``out_dir``; return the results dict.
+                 smooth: int = 20, baseline: str | None = None) -> dict[str, Any]:
+    """Write results.json, results.md and the PNGs into ``out_dir``; return the results dict.
 
     ``runs``: one dict per (method, seed) with ``method``, ``seed``, ``run_dir``, ``status``
     ("done" | "failed" | "missing") and optionally ``error``. ``budget``: what every run was given
-    (see ``describe_budget``); it is copied into results.json as is.
+    (see ``describe_budget``); it is copied into results.json as is. ``baseline``: the method every
+    other is paired against, seed by seed (default: the first method).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,12 +167,18 @@ def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[s
     stats = aggregate(records, methods)
     k = largest_k(records)
     k_metrics = [f"pass@{k}", f"maj@{k}"] if k else []
+    baseline = baseline or methods[0]
+    if baseline not in methods:
+        raise ValueError(f"baseline '{baseline}' is not one of the methods {methods}")
     results = {"budget": budget, "runs": records, "methods": stats,
-               "best": best_methods(stats, [*HIGHER, *k_metrics, *LOWER]), "largest_k": k}
+               "best": best_methods(stats, [*HIGHER, *k_metrics, *LOWER]), "largest_k": k,
+               "paired": paired(records, methods, baseline, [*PAIRED, *k_metrics[:1]])}
     _write_text(out / "results.json", json.dumps(results, indent=2))
     finished = {m: [(rec, rows) for rec, rows in pairs if rec["method"] == m and rec["status"] == "done"]
                 for m in methods}
     figures = write_figures(out, {m: items for m, items in finished.items() if items}, smooth=smooth)
+    if results["paired"]["methods"]:
+        figures.append(write_paired_figure(out, results["paired"]))
     _write_text(out / "results.md", render_markdown(results, [p.name for p in figures]))
     return results
 
@@ -219,6 +245,8 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
     columns = COLUMNS_HEAD + ([(f"pass@{k}", f"pass@{k}", 3), (f"maj@{k}", f"maj@{k}", 3)] if k else [])
     columns += COLUMNS_TAIL
     lines = ["# Comparison results", "", describe_budget(results["budget"]), *_seed_lines(results["runs"]), "",
+             *_paired_lines(results.get("paired")),
+             "## Per method", "",
              "Cells: mean ± 95 % confidence half-width (Student t with n − 1 degrees of freedom, sample "
              "standard deviation with ddof = 1) over the finished seeds; n = finished runs. Final reward, "
              "entropy and response length: mean over the last 10 % of logged steps. **Bold**: the best mean "
@@ -235,6 +263,32 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
     lines += _failure_lines(results["runs"])
     lines += ["", "## Figures", ""] + [f"![{name}]({name})" for name in figures]
     return "\n".join(lines) + "\n"
+
+
+PAIRED_HEADERS = {"accuracy_after": "greedy acc.", "final_reward": "reward (final)"}
+
+
+def _paired_lines(paired_results: dict[str, Any] | None) -> list[str]:
+    """The leading table: each method's per-seed difference from the baseline."""
+    if not paired_results or not paired_results["methods"]:
+        return []
+    metrics = paired_results["metrics"]
+    head = ["method"] + [f"Δ {PAIRED_HEADERS.get(m, m)} | p | W/T/L" for m in metrics]
+    lines = [f"## Paired differences from {paired_results['baseline']}", "",
+             f"Each cell: mean over seeds of (method − {paired_results['baseline']}) on the same seed's warm start "
+             "and held-out problems, ± the 95 % Student-t half-width of the paired differences (ddof = 1); "
+             "p: two-sided sign-flip permutation test (exact; with n seeds p cannot be below 2/2ⁿ, e.g. 0.0625 "
+             "for 5 seeds); W/T/L: seeds where the method was better / equal / worse.", "",
+             "| " + " | ".join(head) + " |", "|---|" + "---:|---:|---:|" * len(metrics)]
+    for method, per_metric in paired_results["methods"].items():
+        cells = []
+        for metric in metrics:
+            d = per_metric[metric]
+            diff = "—" if d["mean"] is None else f"{d['mean']:+.3f}" + ("" if d["ci"] is None else f" ± {d['ci']:.3f}")
+            cells += [f"{diff} (n={d['n']})", "—" if d["p"] is None else f"{d['p']:.3f}",
+                      f"{d['wins']}/{d['ties']}/{d['losses']}"]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _seed_lines(records: list[dict[str, Any]]) -> list[str]:

@@ -44,7 +44,7 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     for status in statuses:  # this invocation's outcome wins over what the folder says
         next(r for r in runs if r["method"] == status["method"] and r["seed"] == status["seed"]).update(status)
     (cfg.out_dir / "plan.json").write_text(json.dumps(runs, indent=1))
-    return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()})
+    return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline)
 
 
 def _selected(method: str, seed: int, only: list[str] | None) -> bool:

@@ -47,3 +47,53 @@ def mean_ci(values: Iterable[float], level: float = 0.95, ddof: int = 1) -> dict
         return {"mean": mean, "ci": None, "n": 1, "std": None}
     std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - ddof))
     return {"mean": mean, "ci": t_quantile(n - 1) * std / math.sqrt(n), "n": n, "std": std}
+
+
+def sign_flip_p(diffs: list[float], exact_up_to: int = 16, samples: int = 20_000, seed: int = 0) -> float:
+    """Two-sided paired sign-flip permutation p-value of the mean difference.
+
+    Under the null "method and baseline are exchangeable within a seed", each per-seed difference is
+    as likely to have either sign, so p = #{s ∈ {±1}ⁿ : |Σ sᵢdᵢ| ≥ |Σ dᵢ|} / 2ⁿ, counting the observed
+    assignment (p ≥ 2/2ⁿ unless every difference is 0, where p = 1). Enumerated exactly for
+    n ≤ ``exact_up_to``; beyond that ``samples`` random flips (seeded) plus the observed one.
+    Note the floor: with 5 seeds the smallest attainable p is 2/32 = 0.0625.
+    """
+    n = len(diffs)
+    if n == 0:
+        raise ValueError("sign_flip_p: no differences")
+    observed = abs(sum(diffs))
+    tol = 1e-12 * max(1.0, observed)
+    if n <= exact_up_to:
+        hits = 0
+        for mask in range(2 ** n):
+            total = sum(-d if mask >> i & 1 else d for i, d in enumerate(diffs))
+            hits += abs(total) >= observed - tol
+        return hits / 2 ** n
+    import random
+    rng = random.Random(seed)
+    hits = 1  # the observed assignment
+    for _ in range(samples):
+        total = sum(d if rng.random() < 0.5 else -d for d in diffs)
+        hits += abs(total) >= observed - tol
+    return hits / (samples + 1)
+
+
+def paired_difference(method: dict[Any, float | None], baseline: dict[Any, float | None],
+                      higher_is_better: bool = True, tie_tol: float = 1e-12) -> dict[str, Any]:
+    """Per-seed differences ``method[s] − baseline[s]`` over the seeds where both have a finite
+    value: mean difference, its 95 % Student-t half-width (ddof = 1, as ``mean_ci``), the sign-flip
+    permutation p-value, and win / tie / loss counts (a win is a better value for the method in the
+    metric's direction; |difference| ≤ ``tie_tol`` is a tie). Fields are None where n is too small."""
+    seeds = [s for s in method if s in baseline and _finite(method[s]) and _finite(baseline[s])]
+    diffs = [float(method[s]) - float(baseline[s]) for s in seeds]
+    stat = mean_ci(diffs)
+    sign = 1.0 if higher_is_better else -1.0
+    wins = sum(sign * d > tie_tol for d in diffs)
+    losses = sum(sign * d < -tie_tol for d in diffs)
+    return {"n": len(diffs), "seeds": seeds, "diffs": diffs, "mean": stat["mean"], "ci": stat["ci"],
+            "std": stat["std"], "p": sign_flip_p(diffs) if diffs else None,
+            "wins": wins, "ties": len(diffs) - wins - losses, "losses": losses}
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and math.isfinite(float(v))

@@ -1,0 +1,92 @@
+"""Paired statistics in comparisons: per-seed differences from a baseline, t interval, sign-flip p."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlvr.compare.report import build_report
+from rlvr.compare.stats import paired_difference, sign_flip_p
+from tests.test_compare_report import _fake_run
+
+BASE_ACC = [0.30, 0.40, 0.20, 0.50, 0.35]
+DIFFS = [0.10, 0.05, 0.15, -0.05, 0.10]
+
+
+def test_sign_flip_p_golden():
+    # |d| = .10 .05 .15 .05 .10 (sum .45); flipping a subset F gives .45 − 2·ΣF; |·| ≥ .35 needs
+    # ΣF ≤ .05 ({}, {.05}, {.05'}) or ΣF ≥ .40 (their complements): 6 of 32 assignments.
+    assert sign_flip_p(DIFFS) == pytest.approx(6 / 32)
+    assert sign_flip_p([0.2] * 5) == pytest.approx(2 / 32)  # the floor with 5 seeds
+    assert sign_flip_p([0.0, 0.0]) == 1.0
+    big = [0.1] * 20  # beyond exact enumeration: Monte Carlo, 2/2^20 in truth
+    assert sign_flip_p(big, samples=2000) < 0.002
+
+
+def test_paired_difference_golden():
+    base = dict(enumerate(BASE_ACC))
+    method = {s: b + d for s, (b, d) in enumerate(zip(BASE_ACC, DIFFS))}
+    out = paired_difference(method, base)
+    # mean .07; deviations .03 −.02 .08 −.12 .03 → Σ² = .023, s² = .00575, s = .0758288;
+    # ci = t(.975, 4) · s / √5 = 2.776 · .0339116 = .094139
+    assert out["mean"] == pytest.approx(0.07) and out["std"] == pytest.approx(0.0758288, abs=1e-7)
+    assert out["ci"] == pytest.approx(0.094139, abs=1e-6)
+    assert out["p"] == pytest.approx(0.1875) and (out["wins"], out["ties"], out["losses"]) == (4, 0, 1)
+    lower = paired_difference(method, base, higher_is_better=False)  # cost metrics: a rise is a loss
+    assert (lower["wins"], lower["losses"]) == (1, 4)
+    missing = paired_difference({0: 0.5, 1: None, 2: 0.4}, {0: 0.4, 1: 0.3})  # only seed 0 pairs
+    assert missing["n"] == 1 and missing["ci"] is None and missing["p"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("paired")
+    runs = []
+    for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
+        for method, acc in (("grpo", b), ("new", b + d)):
+            folder = out / "runs" / method / f"seed{seed}"
+            _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2},
+                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
+            runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
+    return out, build_report(out, runs, {"kind": "steps", "value": 20}, baseline="grpo")
+
+
+def test_report_pairs_every_seed_against_the_baseline(report):
+    out, results = report
+    paired = json.loads((out / "results.json").read_text())["paired"]
+    assert paired["baseline"] == "grpo" and list(paired["methods"]) == ["new"]
+    acc = paired["methods"]["new"]["accuracy_after"]
+    assert acc["n"] == 5 and acc["mean"] == pytest.approx(0.07) and acc["ci"] == pytest.approx(0.094139, abs=1e-6)
+    assert acc["p"] == pytest.approx(0.1875)
+    assert paired["methods"]["new"]["pass@4"]["mean"] == pytest.approx(0.07)  # shifted by the same 0.2
+    assert paired["metrics"] == ["accuracy_after", "final_reward", "pass@4"]
+
+
+def test_results_md_leads_with_the_paired_table(report):
+    out, _ = report
+    md = (out / "results.md").read_text()
+    assert md.index("## Paired differences from grpo") < md.index("## Per method")
+    row = next(line for line in md.splitlines() if line.startswith("| new |"))
+    assert "+0.070 ± 0.094 (n=5) | 0.188 | 4/0/1" in row
+    assert (out / "paired_differences.png").stat().st_size > 1000
+
+
+def test_unknown_baseline_is_an_error(report, tmp_path):
+    out, results = report
+    with pytest.raises(ValueError, match="baseline 'nope'"):
+        build_report(tmp_path, [{"method": "grpo", "seed": 0, "status": "failed", "run_dir": str(tmp_path)}],
+                     {"steps": 1}, baseline="nope")
+
+
+def test_comparison_file_baseline_and_default_seeds(tmp_path):
+    from rlvr.compare.config import load_compare
+    from rlvr.train.config import ConfigError
+
+    path = tmp_path / "cmp.yaml"
+    path.write_text("methods: {grpo: {preset: grpo}, dapo: {preset: dapo}}\nbudget: {steps: 2}\nbaseline: dapo\n")
+    cfg = load_compare(path)
+    assert cfg.baseline == "dapo" and cfg.seeds == (0, 1, 2, 3, 4)
+    path.write_text("methods: {grpo: {preset: grpo}}\nbudget: {steps: 2}\nbaseline: gspo\n")
+    with pytest.raises(ConfigError, match="baseline 'gspo' is not one of the methods"):
+        load_compare(path)
