@@ -50,7 +50,7 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
     bar = tqdm(range(steps), desc="warm start", disable=not progress)
     try:
         for step in bar:
-            batch = demonstration_batch(tokenizer, task, task.problems(batch_size, seed * 1_000_003 + step))
+            batch = demonstration_batch(tokenizer, task, task.demonstration_problems(batch_size, seed * 1_000_003 + step))
             loss = completion_loss(model, **batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()

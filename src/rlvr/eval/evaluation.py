@@ -35,6 +35,9 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     out: dict[str, Any] = {"num_problems": len(problems),
                            "greedy_accuracy": sum(s.value for s in greedy) / len(problems),
                            "greedy_length": greedy_len}
+    subsets = _subsets(problems)
+    out.update({f"greedy_accuracy/{name}": sum(greedy[i].value for i in rows) / len(rows)
+                for name, rows in subsets.items()})
     if k <= 0:
         return out
     rows = [i for i in range(len(problems)) for _ in range(k)]  # k contiguous samples per problem
@@ -46,8 +49,20 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     for j in range(1, k + 1):
         out[f"pass@{j}"] = sum(pass_at_k(k, c, j) for c in correct) / len(problems)
     out[f"maj@{k}"] = sum(_majority_right(samples[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)
+    for name, rows in subsets.items():  # regimes that mix difficulties report each part (e.g. 'hard')
+        out[f"pass@{k}/{name}"] = sum(pass_at_k(k, correct[i], k) for i in rows) / len(rows)
+        out[f"maj@{k}/{name}"] = sum(_majority_right(samples[i * k:(i + 1) * k]) for i in rows) / len(rows)
     out["sample_length"] = sample_len
     out.update(calibration_metrics(texts, samples, num_bins=10))  # only when completions state a confidence
+    return out
+
+
+def _subsets(problems: list[Problem]) -> dict[str, list[int]]:
+    """Row indices per ``meta['subset']`` label, when the task labels its problems (else empty)."""
+    out: dict[str, list[int]] = {}
+    for i, p in enumerate(problems):
+        if "subset" in p.meta:
+            out.setdefault(str(p.meta["subset"]), []).append(i)
     return out
 
 

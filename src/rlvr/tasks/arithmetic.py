@@ -16,9 +16,26 @@ class ArithmeticConfig(TaskConfig):
     max_digits: int = param(4, "most digits of a multi-digit operand")
     ops: str = param("+*", "operations drawn uniformly: '+' adds a multi-digit number, '*' multiplies by one digit (2-9)")
     num_operations: int = param(1, "difficulty: operations chained left to right, e.g. 2 gives '(347+285)*3='")
+    min_operations: int = param(0, "regime 'long': when > 0, each problem chains a uniform number of operations in "
+                                   "[min_operations, num_operations], so completion lengths vary several-fold")
+    hard_frac: float = param(0.0, "regime 'hard': this fraction of problems has multi-digit operands of "
+                                  "hard_digits digits (meta subset 'hard'); warm-start demonstrations never do")
+    hard_digits: int = param(6, "digits of the multi-digit operands of 'hard' problems")
+    pool_size: int = param(0, "regime 'mixed pool': when > 0, training problems come from one fixed pool of this "
+                              "many problems (drawn with pool_seed), cycled in a seeded order; held-out problems "
+                              "are unaffected")
+    pool_seed: int = param(0, "seed of the fixed training pool")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not 0.0 <= self.hard_frac <= 1.0 or self.hard_digits < 1:
+            raise ValueError(f"arithmetic: need 0 <= hard_frac <= 1 and hard_digits >= 1, got {self.hard_frac}, "
+                             f"{self.hard_digits}")
+        if self.min_operations < 0 or self.min_operations > self.num_operations:
+            raise ValueError(f"arithmetic: need 0 <= min_operations <= num_operations, got {self.min_operations}, "
+                             f"{self.num_operations}")
+        if self.pool_size < 0:
+            raise ValueError(f"arithmetic: pool_size must be >= 0, got {self.pool_size}")
         if not 1 <= self.min_digits <= self.max_digits:
             raise ValueError(f"arithmetic: need 1 <= min_digits <= max_digits, got {self.min_digits}, {self.max_digits}")
         if not self.ops or set(self.ops) - set("+*"):
@@ -47,21 +64,45 @@ class Arithmetic(Task):
 
     def sample(self, rng: random.Random) -> Problem:
         cfg = self.config
-        operands, ops = [self._number(rng)], []
-        for _ in range(cfg.num_operations):
+        hard = cfg.hard_frac > 0 and rng.random() < cfg.hard_frac
+        count = rng.randint(cfg.min_operations, cfg.num_operations) if cfg.min_operations else cfg.num_operations
+        operands, ops = [self._number(rng, hard)], []
+        for _ in range(count):
             op = rng.choice(cfg.ops)
             ops.append(op)
-            operands.append(self._number(rng) if op == "+" else rng.randint(2, 9))
+            operands.append(self._number(rng, hard) if op == "+" else rng.randint(2, 9))
         expr = str(operands[0])
         for i, (op, b) in enumerate(zip(ops, operands[1:])):
             expr = f"{expr}{op}{b}" if i == 0 else f"({expr}){op}{b}"
         steps, value = worked_steps(operands, ops)
-        return Problem(prompt=f"{expr}=", answer=str(value), solution=";".join(steps),
-                       meta={"operands": operands, "ops": ops})
+        meta = {"operands": operands, "ops": ops, **({"subset": "hard" if hard else "base"} if cfg.hard_frac else {})}
+        return Problem(prompt=f"{expr}=", answer=str(value), solution=";".join(steps), meta=meta)
 
-    def _number(self, rng: random.Random) -> int:
-        digits = rng.randint(self.config.min_digits, self.config.max_digits)
+    def _number(self, rng: random.Random, hard: bool = False) -> int:
+        digits = self.config.hard_digits if hard else rng.randint(self.config.min_digits, self.config.max_digits)
         return rng.randint(10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1)
+
+    def problems(self, n: int, seed: int, split: str = "train") -> list[Problem]:
+        """As :meth:`Task.problems`; with ``pool_size`` the train split cycles one fixed pool instead."""
+        if not self.config.pool_size or split != "train":
+            return super().problems(n, seed, split)
+        if getattr(self, "_pool", None) is None:
+            self._pool = super().problems(self.config.pool_size, seed=self.config.pool_seed)
+        rng = random.Random(f"{self.name}:pool:{seed}")
+        out: list[Problem] = []
+        while len(out) < n:
+            order = self._pool[:]
+            rng.shuffle(order)
+            out += order[:n - len(out)]
+        return [Problem(p.prompt, p.answer, p.solution, p.uid, dict(p.meta)) for p in out]
+
+    def demonstration_problems(self, n: int, seed: int) -> list[Problem]:
+        """Warm-start problems: the 'hard' subset is never demonstrated (the regime is about problems
+        the warm-started policy almost never solves)."""
+        if not self.config.hard_frac:
+            return self.problems(n, seed)
+        from dataclasses import replace
+        return type(self)(replace(self.config, hard_frac=0.0)).problems(n, seed)
 
     def verify(self, problem: Problem, completion: str) -> Score:
         parsed = answer_after_marker(completion)

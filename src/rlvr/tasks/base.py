@@ -66,6 +66,11 @@ class Task(Plugin, ABC):
         raise ValueError(f"task '{self.name}': could not draw {n} distinct {split} problems "
                          f"(got {len(out)}); the problem space is too small for this config")
 
+    def demonstration_problems(self, n: int, seed: int) -> list[Problem]:
+        """Problems for the supervised warm start (default: the train split, as ``problems``); a task
+        may keep a subset out of the demonstrations (arithmetic's 'hard' regime)."""
+        return self.problems(n, seed)
+
     def split_of(self, prompt: str) -> str:
         """'test' for the held-out part of the prompt space, else 'train'."""
         return "test" if prompt_hash(prompt) / 2.0**64 < self.config.test_fraction else "train"
