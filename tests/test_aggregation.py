@@ -171,3 +171,32 @@ def test_error_unknown_mode():
         aggregate(LOSS, MASK, "seq-sum")
     with pytest.raises(ValueError, match="valid: token-mean"):
         Aggregation(mode="seq-sum")
+
+
+@pytest.mark.parametrize("mode, kwargs, expected", [
+    # horizon C = 12 (the completion cap): row sums 3 and 18 over S = 2 rows → 10.5/12 = 0.875
+    ("seq-mean-token-sum-norm", {"horizon": 12.0}, 10.5 / 12),
+    # an explicit norm still wins over the horizon: 10.5/2
+    ("seq-mean-token-sum-norm", {"horizon": 12.0, "norm": 2.0}, 10.5 / 2),
+    # α = 0.5, C_α = 16^½ = 4: (3·2^−½ + 18·3^−½)/2/4 = 1.564206
+    ("length-power", {"alpha": 0.5, "horizon": 16.0}, (3 / math.sqrt(2) + 18 / math.sqrt(3)) / 2 / 4),
+])
+def test_golden_values_with_a_horizon(mode, kwargs, expected):
+    assert aggregate(LOSS, MASK, mode, **kwargs).item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode, kwargs", [("seq-mean-token-sum-norm", {}), ("length-power", {"alpha": 0.5})])
+def test_horizon_makes_the_constant_independent_of_padding(mode, kwargs):
+    """Rows of 10 and 40 tokens, padded to 40 (one batch) or the short one alone to 10 (its own
+    data-parallel rank): with the horizon (completion cap 48) its tokens get the same weight either
+    way; with the padded width as C they weigh 48/10× (sum-norm) or √(48/10)× (α = ½) more."""
+    short, long_ = torch.ones(1, 10, dtype=torch.bool), torch.ones(1, 40, dtype=torch.bool)
+    together = torch.zeros(2, 40, dtype=torch.bool)
+    together[0, :10], together[1] = True, True
+    norms = {"num_seqs": 2.0, "num_tokens": 50.0}
+    one = token_weights(together, mode, horizon=48.0, **norms, **kwargs)  # (2, 40)
+    rank0 = token_weights(short, mode, horizon=48.0, **norms, **kwargs)  # (1, 10)
+    torch.testing.assert_close(rank0[0], one[0, :10], rtol=0, atol=0)
+    padded = token_weights(short, mode, **norms, **kwargs)  # the old default C = T = 10
+    assert padded[0, 0].item() / one[0, 0].item() == pytest.approx(
+        (48 / 10) if mode == "seq-mean-token-sum-norm" else math.sqrt(48 / 10), rel=1e-6)

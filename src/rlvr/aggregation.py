@@ -9,10 +9,15 @@
 | length-power             | (1/S) Σ_i L_i^(α−1) Σ_t m·ℓ / C_α  (Ding et al.)     |
 
 ``L_i`` = trained tokens of row i, ``S`` = rows with at least one trained token. Every mode is a
-sum of per-row terms over *global* normalisers (``num_tokens``, ``num_seqs``, ``norm``), so a
+sum of per-row terms over *global* normalisers (``num_tokens``, ``num_seqs``, ``horizon``), so a
 batch split into micro-batches or data-parallel shards gives the same gradient when each part is
 aggregated with the global normalisers and the parts are summed (or averaged over ranks with
 ``dp_size``). When the normalisers are omitted they are taken from the given batch.
+
+The constant C is ``norm`` when set, else ``horizon`` (C_α = horizon**α): the trainer passes the
+configured completion cap ``rollout.max_new_tokens`` (TRL's ``max_completion_length``, verl's
+response length), the same on every rank and step. Only a caller that passes no horizon gets the
+padded width ``T`` of the given tensor, which changes with the batch's longest completion.
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ class Aggregation:
     """How the per-token loss is reduced to a scalar."""
 
     mode: str = param("seq-mean-token-mean", f"one of {', '.join(AGGREGATION_MODES)}")
-    norm: float | None = param(None, "constant C for seq-mean-token-sum-norm (default: padded length T) "
-                                     "and length-power (default: T**alpha)")
+    norm: float | None = param(None, "constant C for seq-mean-token-sum-norm (default: the completion cap "
+                                     "rollout.max_new_tokens) and length-power (default: cap**alpha)")
     alpha: float = param(0.0, "length-power exponent: token weight L**(alpha-1); 0 = GRPO, 1 = Dr. GRPO")
 
     def __post_init__(self) -> None:
@@ -55,8 +60,9 @@ def global_normalisers(mask: Tensor) -> dict[str, Tensor]:
 
 def token_weights(mask: Tensor, mode: str, *, num_tokens: float | Tensor | None = None,
                   num_seqs: float | Tensor | None = None, norm: float | None = None,
-                  alpha: float = 0.0) -> Tensor:
-    """(N, T) weight w with ``aggregate(ℓ) = Σ w·ℓ``: the gradient weight each token gets."""
+                  alpha: float = 0.0, horizon: float | None = None) -> Tensor:
+    """(N, T) weight w with ``aggregate(ℓ) = Σ w·ℓ``: the gradient weight each token gets.
+    ``horizon`` is the length constant when ``norm`` is unset (default: the padded width T)."""
     check_mask(mask, "mask")
     m = mask.float()
     lengths = m.sum(-1, keepdim=True)  # (N, 1)
@@ -65,7 +71,7 @@ def token_weights(mask: Tensor, mode: str, *, num_tokens: float | Tensor | None 
         return m / torch.as_tensor(denom, dtype=m.dtype).clamp(min=1)
     seqs = (lengths > 0).sum() if num_seqs is None else num_seqs
     seqs = torch.as_tensor(seqs, dtype=m.dtype).clamp(min=1)
-    horizon = float(mask.shape[-1])
+    horizon = float(mask.shape[-1] if horizon is None else horizon)
     if mode == "seq-mean-token-mean":
         per_row = 1.0 / lengths.clamp(min=1)
     elif mode == "seq-mean-token-sum":
@@ -82,7 +88,7 @@ def token_weights(mask: Tensor, mode: str, *, num_tokens: float | Tensor | None 
 
 def aggregate(per_token: Tensor, mask: Tensor, mode: str, *, num_tokens: float | Tensor | None = None,
               num_seqs: float | Tensor | None = None, norm: float | None = None, alpha: float = 0.0,
-              dp_size: int = 1) -> Tensor:
+              horizon: float | None = None, dp_size: int = 1) -> Tensor:
     """Reduce a per-token loss (N, T) to a scalar (see the module table).
 
     ``dp_size`` multiplies the result so that averaging gradients over data-parallel ranks (as DDP
@@ -91,5 +97,6 @@ def aggregate(per_token: Tensor, mask: Tensor, mode: str, *, num_tokens: float |
     check_shape(per_token, tuple(mask.shape), "per_token")
     if dp_size > 1 and (num_tokens is None if mode == "token-mean" else num_seqs is None):
         raise BatchError(f"aggregate: dp_size={dp_size} needs the global normaliser for mode '{mode}'")
-    w = token_weights(mask, mode, num_tokens=num_tokens, num_seqs=num_seqs, norm=norm, alpha=alpha)
+    w = token_weights(mask, mode, num_tokens=num_tokens, num_seqs=num_seqs, norm=norm, alpha=alpha,
+                      horizon=horizon)
     return masked_sum(per_token * w.to(per_token.dtype), mask) * dp_size

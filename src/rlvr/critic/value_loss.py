@@ -21,7 +21,8 @@ def mc_returns(inputs: AdvantageInputs, gamma: float = 1.0) -> Tensor:
 
 def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, *, clip: float,
                        mode: str = "token-mean", num_tokens: Tensor | float | None = None,
-                       num_seqs: Tensor | float | None = None, dp_size: int = 1) -> tuple[Tensor, Tensor]:
+                       num_seqs: Tensor | float | None = None, horizon: float | None = None,
+                       dp_size: int = 1) -> tuple[Tensor, Tensor]:
     """``0.5 · agg(max((v − R)², (clip(v, v_old ± c) − R)²))`` and the clipped fraction.
 
     values (N, T) carry the gradient; old_values, returns (N, T) are the predictions before the
@@ -35,7 +36,8 @@ def clipped_value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask
         frac = masked_mean((clipped > unclipped).float(), mask)
     else:
         per_token, frac = unclipped, torch.zeros((), device=values.device)
-    loss = 0.5 * aggregate(per_token, mask, mode, num_tokens=num_tokens, num_seqs=num_seqs, dp_size=dp_size)
+    loss = 0.5 * aggregate(per_token, mask, mode, num_tokens=num_tokens, num_seqs=num_seqs, horizon=horizon,
+                           dp_size=dp_size)
     return loss, frac.detach()
 
 

@@ -71,13 +71,15 @@ class Objective:
         return f"Objective({self.policy_loss!r}, {self.config})"
 
     def __call__(self, inputs: LossInputs, *, num_tokens: float | Tensor | None = None,
-                 num_seqs: float | Tensor | None = None, dp_size: int = 1) -> tuple[Tensor, dict[str, Tensor]]:
+                 num_seqs: float | Tensor | None = None, horizon: float | None = None,
+                 dp_size: int = 1) -> tuple[Tensor, dict[str, Tensor]]:
         """The scalar loss of this (micro-)batch and its ``loss/…`` metrics (detached scalars)."""
         cfg, mask = self.config, inputs.mask
         self._check_inputs(inputs)
 
         def agg(per_token: Tensor) -> Tensor:
-            return cfg.aggregation(per_token, mask, num_tokens=num_tokens, num_seqs=num_seqs, dp_size=dp_size)
+            return cfg.aggregation(per_token, mask, num_tokens=num_tokens, num_seqs=num_seqs, horizon=horizon,
+                                   dp_size=dp_size)
 
         out = self.policy_loss(inputs)
         terms = {"policy": agg(out.per_token)}  # name → aggregated term (with grad)

@@ -266,10 +266,12 @@ class Trainer:
                                  batch.attention[sel], temperature=self.cfg.rollout.temperature,
                                  with_entropy=entropy, entropy_grad=entropy and self.cfg.algorithm.entropy_coef > 0)
 
-    def _global_normalisers(self, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _global_normalisers(self, mask: torch.Tensor) -> dict[str, Any]:
+        """Trained tokens and rows over all ranks, and the length constant C of the fixed-norm
+        aggregations: the completion cap (the same on every rank and step, not the padded width)."""
         local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).float()
         total = self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local
-        return {"num_tokens": total[0], "num_seqs": total[1]}
+        return {"num_tokens": total[0], "num_seqs": total[1], "horizon": float(self.cfg.rollout.max_new_tokens)}
 
     def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
         """Average every metric over data-parallel ranks (loss shares average to the global loss)."""
