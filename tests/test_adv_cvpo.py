@@ -4,6 +4,7 @@ selector (weights peak at p*, batch mean 1, EMA, deterministic selection, state)
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch
 from rlvr import AdvantageInputs, build
 from rlvr.advantages.cvpo import token_value_variance
 from rlvr.selection.curriculum import curriculum_weights
+from rlvr.types import Problem
 
 
 def batch(values) -> AdvantageInputs:
@@ -81,9 +83,9 @@ def test_curriculum_weights_peak_at_p_star_and_have_mean_one():
     assert int(w.argmax()) == 2
 
 
-def test_curriculum_selector_learns_success_and_prefers_matched_questions():
+def test_curriculum_sampling_mode_learns_success_and_prefers_matched_questions():
     task = build("task", "arithmetic")
-    sel = build("selector", "curriculum", ema_decay=0.5, pool_factor=4)
+    sel = build("selector", "curriculum", ema_decay=0.5, pool_factor=4, apply="sampling", prior=0.5)
     first = sel.select(task, 8, step=0, seed=11)
     assert [p.uid for p in first] == [p.uid for p in sel.select(task, 8, step=0, seed=11)]  # reproducible
     pool = task.problems(32, seed=11)
@@ -96,9 +98,44 @@ def test_curriculum_selector_learns_success_and_prefers_matched_questions():
         sel.observe({"problems": solved, "rewards": torch.ones(16, 1)})
     picks = {p.uid for p in sel.select(task, 8, step=1, seed=11)}
     assert len(picks & {p.uid for p in matched}) >= 7  # ω(0.97) ≈ 0.17 vs ω(0.5) = 1
-    again = build("selector", "curriculum", ema_decay=0.5, pool_factor=4)
+    again = build("selector", "curriculum", ema_decay=0.5, pool_factor=4, apply="sampling", prior=0.5)
     again.load_state_dict(sel.state_dict())
     assert [p.uid for p in again.select(task, 8, step=2, seed=5)] == [p.uid for p in sel.select(task, 8, step=2, seed=5)]
+
+
+def test_curriculum_loss_weights_golden_and_observe_commits_them():
+    # d = 0.5, p* = 0.5, τ = 0.25, no prior. Question a seen before with p = 1.0; b, c unseen.
+    # Rows: a (1, 1), b (1, 0), c (0, 0). p_a = 0.5·1 + 0.5·1 = 1; p_b = 0.5 (first visit: its own
+    # mean); p_c = 0. Raw ω = exp(−0.25/0.125) = e^−2, 1, e^−2; mean (1 + 2e^−2)/3 → normalised
+    # ω_a = ω_c = 3e^−2/(1 + 2e^−2) = 0.318886, ω_b = 3/(1 + 2e^−2) = 2.356228 (mean 1 over questions).
+    sel = build("selector", "curriculum", ema_decay=0.5)
+    sel.load_state_dict({"success": {"a": 1.0}})
+    probs = [Problem("a", uid="a")] * 2 + [Problem("b", uid="b")] * 2 + [Problem("c", uid="c")] * 2
+    fb = {"problems": probs, "rewards": torch.tensor([[1.0], [1.0], [1.0], [0.0], [0.0], [0.0]])}
+    low, high = 3 * math.exp(-2) / (1 + 2 * math.exp(-2)), 3 / (1 + 2 * math.exp(-2))
+    torch.testing.assert_close(sel.row_weights(fb), torch.tensor([low, low, high, high, low, low]))
+    sel.observe(fb)
+    assert sel.success == pytest.approx({"a": 1.0, "b": 0.5, "c": 0.0})
+    # sampling mode logs no loss weight; the old prior makes an unseen question the most favoured
+    assert build("selector", "curriculum", ema_decay=0.5, apply="sampling").row_weights(fb) is None
+
+
+def test_curriculum_sampling_without_prior_treats_unseen_as_average():
+    # seen: a (p = 0.5, ω = 1) and z (p = 1, ω = e^−2); unseen u gets their mean (1 + e^−2)/2, never the top.
+    sel = build("selector", "curriculum", ema_decay=0.5, apply="sampling")
+    sel.load_state_dict({"success": {"a": 0.5, "z": 1.0}})
+    w = sel._sampling_weights([Problem("a", uid="a"), Problem("z", uid="z"), Problem("u", uid="u")])
+    assert w == pytest.approx([1.0, math.exp(-2), (1 + math.exp(-2)) / 2])
+
+
+def test_curriculum_loss_mode_fixed_pool_draws_uniformly_and_reproducibly():
+    task = build("task", "arithmetic")
+    sel = build("selector", "curriculum", ema_decay=0.5, pool_size=6)
+    a = [p.uid for p in sel.select(task, 4, step=0, seed=3)]
+    assert a == [p.uid for p in sel.select(task, 4, step=0, seed=3)] and len(set(a)) == 4
+    assert set(a) <= {p.uid for p in task.problems(6, seed=0)}
+    stream = build("selector", "curriculum", ema_decay=0.5)  # pool_size 0: the task's fresh problems (uniform)
+    assert [p.uid for p in stream.select(task, 4, 0, 9)] == [p.uid for p in task.problems(4, seed=9)]
 
 
 def test_curriculum_requires_an_ema_decay():

@@ -64,26 +64,29 @@ def test_two_step_filter_by_hand():
 
 
 def test_process_noise_follows_update_size():
-    # Q_t = q0 + κ·u_t; u_t = |approx_kl| (kl) or grad_norm² (grad_norm_sq). q0=0.01, κ=2:
-    # kl: u = |−0.05| = 0.05 → Q = 0.11; grad_norm_sq: u = 0.3² = 0.09 → Q = 0.19. Untouched P = 1 + Q.
-    for magnitude, expected in (("kl", 0.11), ("grad_norm_sq", 0.19), ("none", 0.01)):
+    # Q_t = q0 + κ·u_t; u_t = the trainer's KL(π_t‖π_{t−1}) (kl), ‖Δθ‖² (param_sq_norm) or grad_norm²
+    # (grad_norm_sq). q0=0.01, κ=2: kl u = 0.05 → Q = 0.11; param_sq_norm u = 0.2 → Q = 0.41;
+    # grad_norm_sq u = 0.3² = 0.09 → Q = 0.19; the loss's approx_kl is not read. Untouched P = 1 + Q.
+    for magnitude, expected in (("kl", 0.11), ("param_sq_norm", 0.41), ("grad_norm_sq", 0.19), ("none", 0.01)):
         sel = KGPS(KGPSConfig(q0=0.01, kappa=2.0, update_magnitude=magnitude, pool_size=0))
-        metrics = {"loss/approx_kl": -0.05, "optim/grad_norm": 0.3}
+        metrics = {"optim/policy_kl": 0.05, "optim/param_delta_sq": 0.2, "optim/grad_norm": 0.3,
+                   "loss/approx_kl": 7.0}
         sel.observe(_feedback({"a": [1.0]}, metrics))
         assert sel.posterior("b")[1] == pytest.approx(1.0 + expected)
         assert metrics["select/kgps_q"] == pytest.approx(expected)
+        assert sel.update_measure == {"kl": "policy_kl", "param_sq_norm": "param_delta_sq"}.get(magnitude)
 
 
 def test_unselected_variance_grows_linearly_and_static_without_noise():
     # METHODS tests 2 and 3: a never-selected prompt's P = P_0 + Σ Q_t; κ = q0 = 0 → P only shrinks.
     sel = KGPS(KGPSConfig(q0=0.05, kappa=1.0, pool_size=0))
     for t, kl in enumerate([0.1, 0.2, 0.0], 1):
-        sel.observe(_feedback({"a": [1.0, 0.0]}, {"loss/approx_kl": kl}))
+        sel.observe(_feedback({"a": [1.0, 0.0]}, {"optim/policy_kl": kl}))
     assert sel.posterior("z")[1] == pytest.approx(1.0 + 0.15 + 0.3)
     static = KGPS(KGPSConfig(q0=0.0, kappa=0.0, pool_size=0))
     variances = []
     for _ in range(3):
-        static.observe(_feedback({"a": [1.0, 0.0]}, {"loss/approx_kl": 5.0}))
+        static.observe(_feedback({"a": [1.0, 0.0]}, {"optim/policy_kl": 5.0}))
         variances.append(static.posterior("a")[1])
     assert variances[0] > variances[1] > variances[2]
     assert static.posterior("z")[1] == 1.0
@@ -120,9 +123,9 @@ def test_uncertain_extreme_prompt_is_revisited():
     # recently (small P) although both have high estimated success: E[p(1−p)] grows with P far from 0.
     task = ListTask([Problem(u, "1", uid=u) for u in ("old", "fresh")])
     sel = KGPS(KGPSConfig(q0=0.0, kappa=1.0, update_magnitude="kl", pool_size=0))
-    sel.observe(_feedback({"old": [1.0, 1.0]}, {"loss/approx_kl": 0.0}))
+    sel.observe(_feedback({"old": [1.0, 1.0]}, {"optim/policy_kl": 0.0}))
     for _ in range(3):
-        sel.observe(_feedback({"fresh": [1.0] * 16}, {"loss/approx_kl": 1.0}))
+        sel.observe(_feedback({"fresh": [1.0] * 16}, {"optim/policy_kl": 1.0}))
     (m_old, p_old), (m_new, p_new) = sel.posterior("old"), sel.posterior("fresh")
     assert p_old > p_new
     assert [p.uid for p in sel.select(task, 1, step=4, seed=0)] == ["old"]
@@ -138,7 +141,7 @@ def test_proportional_selection_is_seeded_and_no_extra_problems():
 
 def test_state_round_trips_through_json():
     sel = KGPS(KGPSConfig(q0=0.01, kappa=0.5, pool_size=0))
-    sel.observe(_feedback({"a": [1.0, 0.0, 1.0], "b": [0.0]}, {"loss/approx_kl": 0.0123}))
+    sel.observe(_feedback({"a": [1.0, 0.0, 1.0], "b": [0.0]}, {"optim/policy_kl": 0.0123}))
     again = build("selector", "kgps", q0=0.01, kappa=0.5, pool_size=0)
     again.load_state_dict(json.loads(json.dumps(sel.state_dict())))
     assert again.state_dict() == sel.state_dict()

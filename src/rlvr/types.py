@@ -148,6 +148,8 @@ class AdvantageInputs:
     first_mistake: Tensor | None = None  # (N,) long: token index m_i of the first wrong step; -1 = no mistake found
     turn_baselines: Tensor | None = None  # (N, T) float: at a turn's first token, the mean score of re-sampled
     # alternatives of that turn from the same history (counterfactual baseline, TCPO); NaN = none
+    global_stats: dict[str, Tensor] | None = None  # the estimator's batch_stats summed over every data-parallel
+    # rank (the trainer fills it); None = this batch is the whole batch
 
     def __post_init__(self) -> None:
         n, t = check_mask(self.mask, "mask")

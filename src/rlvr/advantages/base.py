@@ -20,11 +20,31 @@ class AdvantageOutput:
 
 
 class AdvantageEstimator(Plugin, ABC):
-    """Maps rewards (and optionally values) to per-token advantages."""
+    """Maps rewards (and optionally values) to per-token advantages.
+
+    Batch-level statistics (a saturation, a mean entropy, a mean variance) must describe the *global*
+    batch under data parallelism, while each rank holds only its rows. An estimator that needs them
+    returns their additive sufficient statistics (sums and counts) from ``batch_stats``; the trainer
+    sums them over ranks into ``AdvantageInputs.global_stats``, and ``__call__`` reads them through
+    ``stats`` (which falls back to this batch's own sums in one process). No distributed calls here.
+    ``needs_entropy``: the trainer passes the policy's token entropies (``AdvantageInputs.entropy``).
+    """
+
+    needs_entropy = False
 
     @abstractmethod
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:
         """Apply the plug-in (each registered class implements it)."""
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Additive statistics of this batch (0-d or fixed-shape float64 tensors) that ``__call__``
+        needs over the global batch; the same keys and shapes on every rank. Default: none."""
+        return {}
+
+    def stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """The global batch's statistics: ``inputs.global_stats`` when the trainer reduced them, else this
+        batch's ``batch_stats``."""
+        return inputs.global_stats if inputs.global_stats is not None else self.batch_stats(inputs)
 
 
 def sequence_scores(inputs: AdvantageInputs) -> Tensor:

@@ -58,6 +58,8 @@ class CVPO(AdvantageEstimator):
       * one extra per-row factor from the critic's own uncertainty along the trajectory;
       * with κ₊ = κ₋ = 0, or no value variance in the batch, it is the parent exactly.
 
+    Under data parallelism mean ν is the global batch's (``batch_stats`` summed over ranks).
+
     Shapes: values (N, T), rewards (N, K), mask (N, T) → advantages, returns (N, T).
     """
 
@@ -69,6 +71,14 @@ class CVPO(AdvantageEstimator):
         super().__init__(config)
         self.parent = build("advantage", self.config.parent, **self.config.parent_params)
 
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Σ ν_i over rows with a trained token, and their count: the global batch's mean ν."""
+        if inputs.values is None:
+            raise BatchError("cvpo needs critic values: AdvantageInputs.values (N, T) is None")
+        rows = inputs.mask.any(-1)  # (N,)
+        nu = token_value_variance(inputs.values.float(), inputs.mask, self.config.ddof)  # (N,)
+        return {"nu_sum": nu[rows].sum(), "rows": rows.sum().float()}
+
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:
         cfg = self.config
         if inputs.values is None:
@@ -77,7 +87,8 @@ class CVPO(AdvantageEstimator):
         mask = inputs.mask
         nu = token_value_variance(inputs.values.float(), mask, cfg.ddof)  # (N,)
         rows = mask.any(-1)  # (N,)
-        mean_nu = nu[rows].mean() if rows.any() else torch.tensor(0.0)
+        stats = self.stats(inputs)
+        mean_nu = stats["nu_sum"] / stats["rows"] if stats["rows"] > 0 else torch.tensor(0.0)  # global mean ν
         rel = nu / (mean_nu + cfg.eps) if mean_nu > 0 else torch.ones_like(nu)  # (N,) ν̃
         correct = sequence_scores(inputs) >= cfg.correct_at  # (N,)
         factor = torch.where(correct, 1.0 + cfg.kappa_pos * (rel - 1.0), 1.0 - cfg.kappa_neg * (rel - 1.0))

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, sequence_scores
-from rlvr.ops import broadcast_to_tokens, group_stats, masked_mean
+from rlvr.ops import broadcast_to_tokens, group_stats, masked_sum
 from rlvr.registry import param, register
 from rlvr.types import AdvantageInputs, BatchError
 
@@ -52,9 +52,12 @@ class FADE(AdvantageEstimator):
 
     Equation: ``Â_i = r_i − p̂_x`` (group mean p̂_x), ``η = clip(H̄/H_target, 0, 1)``,
     ``d(p) = η(1 − p)^γ + (1 − η)(4p(1 − p))^γ``, ``λ⁻ = η + (1 − η)λ_min``, ``λ⁺ = 1``,
-    ``A_i = d(p̂_x)·([Â_i]₊ − λ⁻[Â_i]₋)`` on every trained token of row i. H̄ is the mean of
-    ``AdvantageInputs.entropy`` over trained tokens, else ``−mean(logprobs)`` (an unbiased estimate
-    of the entropy from the sampled tokens' log-probs); one of them is required.
+    ``A_i = d(p̂_x)·([Â_i]₊ − λ⁻[Â_i]₋)`` on every trained token of row i. H̄ is the mean of the
+    policy's token entropies ``AdvantageInputs.entropy`` over the trained tokens of the *global*
+    batch (``needs_entropy``: the trainer computes them with the policy that sampled the batch, and
+    sums them over data-parallel ranks through ``batch_stats``). Only a caller without entropies
+    (the verl adapter) falls back to ``−mean(logprobs)`` of the sampled tokens, a noisy estimate
+    that is biased under top-p / top-k sampling.
 
     Differs from dr_grpo:
       * healthy entropy (η → 1): hard prompts weigh more, (1 − p)^γ, and signs stay balanced;
@@ -74,6 +77,7 @@ class FADE(AdvantageEstimator):
 
     Config = FADEConfig
     paper = "FADE: Focal Advantage with Dynamic Entropy (arXiv id unknown; seed abstract)"
+    needs_entropy = True
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
@@ -87,7 +91,8 @@ class FADE(AdvantageEstimator):
                              f"[{float(scores.min()):.4g}, {float(scores.max()):.4g}]")
         p = group_stats(scores, inputs.group_ids, ddof=0).mean  # (N,) pass rate of the row's group
         centred = scores - p  # (N,) Dr. GRPO
-        entropy = batch_entropy(inputs)
+        stats = self.stats(inputs)
+        entropy = float(stats["entropy_sum"] / stats["tokens"].clamp(min=1))
         eta = self._eta(entropy)
         lam_neg = negative_weight(eta, cfg.lambda_min)
         d = focal_weight(p, eta, cfg.focal_gamma)  # (N,)
@@ -97,6 +102,11 @@ class FADE(AdvantageEstimator):
                    "eta": torch.tensor(eta), "entropy": torch.tensor(entropy),
                    "entropy_target": torch.tensor(self._current_target()), "lambda_neg": torch.tensor(lam_neg)}
         return AdvantageOutput(broadcast_to_tokens(adv, inputs.mask), metrics=metrics)
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Σ entropy over trained tokens and their count (float64), for the global mean H̄."""
+        return {"entropy_sum": masked_sum(token_entropy(inputs), inputs.mask),
+                "tokens": inputs.mask.sum().double()}
 
     def _eta(self, entropy: float) -> float:
         """η = clip(H̄/H_target, 0, 1); the first batch sets H_target when none is configured."""
@@ -119,12 +129,12 @@ class FADE(AdvantageEstimator):
         self._target = None if value is None else float(value)
 
 
-def batch_entropy(inputs: AdvantageInputs) -> float:
-    """Mean token entropy over trained tokens: ``entropy`` when given, else ``−mean(logprobs)``."""
+def token_entropy(inputs: AdvantageInputs) -> Tensor:
+    """(N, T) float64 token entropies: ``entropy`` when given, else ``−logprobs`` of the sampled tokens."""
     if inputs.entropy is not None:
-        return float(masked_mean(inputs.entropy.double(), inputs.mask))
+        return inputs.entropy.double()
     if inputs.logprobs is not None:
-        return float(-masked_mean(inputs.logprobs.double(), inputs.mask))
+        return -inputs.logprobs.double()
     raise BatchError("fade: needs AdvantageInputs.entropy or AdvantageInputs.logprobs (N, T) to read the "
                      "batch entropy; neither was given")
 

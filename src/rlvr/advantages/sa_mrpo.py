@@ -69,6 +69,9 @@ class SAMRPO(AdvantageEstimator):
     the estimator is grpo. Stateful only with ``saturation_ema > 0`` (``state_dict``); the verl
     adapter builds a fresh instance per call, so there the EMA never accumulates.
 
+    Under data parallelism s_k is the global batch's (``batch_stats`` summed over ranks); the
+    optional whitening still uses this rank's tokens.
+
     Shapes: rewards (N, K), reward_weights (K,), group_ids (N,) → advantages (N, T).
     """
 
@@ -84,7 +87,7 @@ class SAMRPO(AdvantageEstimator):
         rewards = inputs.rewards.float()  # (N, K)
         k = rewards.shape[1]
         std_adv = torch.stack([self._standardise(rewards[:, j], inputs.group_ids) for j in range(k)], dim=1)  # (N, K)
-        saturation = self._track(self._saturation_of(rewards))  # (K,)
+        saturation = self._track(self._saturation_of(rewards, self.stats(inputs)))  # (K,)
         weights = saturation_weights(saturation, self._base_weights(inputs, k), cfg.saturation_gamma)  # (K,)
         total = std_adv @ weights.to(device=std_adv.device, dtype=std_adv.dtype)  # (N,)
         if cfg.batch_whiten:
@@ -107,8 +110,15 @@ class SAMRPO(AdvantageEstimator):
         out = (r - mean) / (std + self.config.eps)
         return torch.where(std == 0, torch.zeros_like(out), out)  # no NaN even with eps = 0
 
-    def _saturation_of(self, rewards: Tensor) -> Tensor:
-        """(N, K) → (K,) batch saturation in [0, 1]; rewards outside the bounds are an error."""
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Σ_i r_ik per objective (K,) and the row count (float64), for the global batch mean."""
+        r = inputs.rewards.double()
+        return {"reward_sum": r.sum(dim=0), "rows": torch.tensor(float(r.shape[0]), dtype=torch.float64,
+                                                                 device=r.device)}
+
+    def _saturation_of(self, rewards: Tensor, stats: dict[str, Tensor]) -> Tensor:
+        """(N, K) → (K,) global batch saturation in [0, 1] from the summed ``stats``; rewards outside
+        the bounds are an error."""
         k = rewards.shape[1]
         bounds = self.config.reward_bounds or [[0.0, 1.0]] * k
         if len(bounds) != k:
@@ -121,7 +131,8 @@ class SAMRPO(AdvantageEstimator):
             j = int(bad.nonzero()[0])
             raise BatchError(f"sa_mrpo: objective {j} has rewards in [{r[:, j].min():.4g}, {r[:, j].max():.4g}], "
                              f"outside its bounds [{lo[j]:.4g}, {hi[j]:.4g}]; set reward_bounds")
-        return (r.mean(dim=0) - lo) / (hi - lo)
+        mean = stats["reward_sum"].cpu() / stats["rows"].cpu()  # (K,) mean over the global batch
+        return (mean - lo) / (hi - lo)
 
     def _track(self, batch_saturation: Tensor) -> Tensor:
         """Blend with the EMA state when ``saturation_ema > 0``; returns (K,) on the rewards' device."""

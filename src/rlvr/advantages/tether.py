@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, sequence_scores
-from rlvr.ops import group_stats, masked_mean
+from rlvr.ops import group_stats, masked_sum
 from rlvr.registry import param, register
 from rlvr.types import AdvantageInputs, BatchError
 
@@ -53,6 +53,8 @@ class Tether(AdvantageEstimator):
       * the critic may read privileged inputs z (reference answer): still unbiased, since a
         baseline may depend on anything but the scored action.
 
+    MSE_V and Var_grp are the global batch's under data parallelism (``batch_stats`` summed over ranks).
+
     Shapes: rewards (N, K) or token_rewards (N, T), values (N, T), mask (N, T), group_ids (N,)
     → advantages, returns (N, T).
     """
@@ -71,17 +73,26 @@ class Tether(AdvantageEstimator):
         mask = inputs.mask
         r = sequence_scores(inputs)  # (N,)
         values = inputs.values.to(r.dtype)  # (N, T)
-        stats = group_stats(r, inputs.group_ids, ddof=1)
-        n = stats.count  # (N,)
-        b_grp = torch.where(n > 1, (stats.mean * n - r) / (n - 1).clamp(min=1), torch.zeros_like(r))  # (N,)
-        mse_v = masked_mean((r.unsqueeze(-1) - values) ** 2, mask)
-        var_grp = ((r - b_grp) ** 2)[mask.any(-1)].mean() if mask.any() else torch.tensor(0.0)
+        b_grp = _loo_baseline(r, inputs.group_ids)  # (N,)
+        stats = self.stats(inputs)
+        mse_v = stats["sq_err_sum"] / stats["tokens"].clamp(min=1)
+        var_grp = stats["grp_sq_sum"] / stats["rows"].clamp(min=1)
         w = self._weight(mse_v, var_grp)
         baseline = w * values + (1.0 - w) * b_grp.unsqueeze(-1)  # (N, T)
         adv = (r.unsqueeze(-1) - baseline) * mask
         returns = r.unsqueeze(-1) * mask
         metrics = {"tether_w": torch.tensor(w), "tether_mse_v": mse_v, "tether_var_grp": var_grp}
         return AdvantageOutput(adv, returns=returns, metrics={k: v.detach().float() for k, v in metrics.items()})
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Sums of (r − V)² over trained tokens and of (r − b^grp)² over trained rows, with their counts:
+        MSE_V and Var_grp of the global batch (also logged with a fixed w)."""
+        mask = inputs.mask
+        r = sequence_scores(inputs)  # (N,)
+        rows = mask.any(-1)  # (N,)
+        sq = (r - _loo_baseline(r, inputs.group_ids)) ** 2  # (N,)
+        return {"sq_err_sum": masked_sum((r.unsqueeze(-1) - inputs.values.to(r.dtype)) ** 2, mask),
+                "tokens": mask.sum().to(r.dtype), "grp_sq_sum": sq[rows].sum(), "rows": rows.sum().to(r.dtype)}
 
     def _weight(self, mse_v: Tensor, var_grp: Tensor) -> float:
         cfg = self.config
@@ -98,3 +109,10 @@ class Tether(AdvantageEstimator):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.w_prev = state["w_prev"]
+
+
+def _loo_baseline(r: Tensor, group_ids: Tensor) -> Tensor:
+    """(N,) leave-one-out group mean of the scores r (N,); 0 for a group of one."""
+    stats = group_stats(r, group_ids, ddof=1)
+    n = stats.count  # (N,)
+    return torch.where(n > 1, (stats.mean * n - r) / (n - 1).clamp(min=1), torch.zeros_like(r))

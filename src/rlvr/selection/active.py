@@ -80,6 +80,7 @@ class ActiveSelection(Selector):
     """
 
     Config = ActiveConfig
+    feedback_meta = ("supervision_groups",)
     paper = "DE-Venus: a data-efficient RLVR framework (arXiv id unknown; seed abstract)"
 
     def __init__(self, config: Any = None) -> None:

@@ -14,7 +14,9 @@ from rlvr.selection.base import Selector
 from rlvr.supervision import problem_pool, weighted_draw
 from rlvr.types import Problem
 
-MAGNITUDES = ("kl", "grad_norm_sq", "none")
+MAGNITUDES = ("kl", "param_sq_norm", "grad_norm_sq", "none")
+MEASURED = {"kl": "optim/policy_kl", "param_sq_norm": "optim/param_delta_sq"}  # u_t → the trainer's metric
+_TRAINER_MEASURE = {"kl": "policy_kl", "param_sq_norm": "param_delta_sq"}
 UTILITIES = ("p(1-p)", "sqrt(p(1-p))")
 SELECTIONS = ("top_b", "proportional")
 
@@ -24,8 +26,10 @@ class KGPSConfig:
     prior_var: float = param(1.0, "prior variance P_0 of every prompt's logit success rate (prior mean 0)")
     q0: float = param(1e-3, "process noise floor q_0 added to every prompt's variance each step")
     kappa: float = param(1.0, "process noise per unit of policy-update size: Q_t = q_0 + κ·u_t")
-    update_magnitude: str = param("kl", "u_t: kl (|loss/approx_kl| of the step; 0 with one PPO epoch, so "
-                                        "Q = q_0) | grad_norm_sq (optim/grad_norm²) | none (u = 0)")
+    update_magnitude: str = param("kl", "u_t, measured by the trainer after each update: kl = KL(π_t‖π_{t−1}) "
+                                        "on the step's trained tokens | param_sq_norm = ‖θ_t − θ_{t−1}‖² | "
+                                        "grad_norm_sq = optim/grad_norm² (a proxy, before clipping and Adam) | "
+                                        "none (u = 0)")
     utility: str = param("p(1-p)", "u(p) whose posterior expectation ranks prompts: p(1-p) | sqrt(p(1-p))")
     gh_nodes: int = param(20, "Gauss–Hermite nodes of the expectation over N(μ, P)")
     selection: str = param("top_b", "top_b: the n highest utilities | proportional: n drawn ∝ utility")
@@ -79,13 +83,18 @@ class KGPS(Selector):
     Equation. State x_q = logit p_q with posterior N(μ_q, P_q), prior N(0, P_0). ``observe`` after
     step t: update every prompt trained at t with its k successes of n (``kalman_update``), then
     predict all prompts ``P_q ← P_q + Q_t`` with ``u_t`` the step's measured policy-update size
-    (so the posterior used at step t + 1 describes π_{t+1}). ``select``: utilities
+    (so the posterior used at step t + 1 describes π_{t+1}): the trainer measures, after the update,
+    ``KL(π_t ‖ π_{t−1})`` on the step's trained tokens (``kl``) or ``‖θ_t − θ_{t−1}‖²``
+    (``param_sq_norm``), the two forms METHODS lists. ``select``: utilities
     ``U_q = E[u(σ(x_q))]``, u(p) = p(1 − p); top-B prompts (or B drawn ∝ U). Uses only the
     rollouts the step already sampled — no extra rollouts.
 
     Differs from curriculum (CVPO): tracks uncertainty as well as the estimate, so an uncertain
     easy/hard prompt is revisited (E[p(1 − p)] grows with P when |μ| is large) while a confidently
     solved or hopeless one is not; the uncertainty grows with how much the policy changed.
+
+    Data parallel: ``observe`` gets every rank's rows and the global u_t, so the filter, its
+    selection and its checkpoint are the same on every rank.
 
     Shapes: → list of n problems; observe reads rewards (N, K) and the rows' problems.
     Metrics (``select/``): kgps_update_size, kgps_q, kgps_utility_selected, kgps_var_mean,
@@ -94,6 +103,11 @@ class KGPS(Selector):
 
     Config = KGPSConfig
     paper = "KGPS: Kalman-guided prompt selection (arXiv id unknown; seed abstract)"
+
+    @property
+    def update_measure(self) -> str | None:
+        """What the trainer measures after each update for u_t (``rlvr.train.movement``)."""
+        return _TRAINER_MEASURE.get(self.config.update_magnitude)
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
@@ -144,8 +158,8 @@ class KGPS(Selector):
     def update_size(self, metrics: dict[str, float]) -> float:
         """u_t, the policy's measured update size this step (0 when the trainer did not log it)."""
         kind = self.config.update_magnitude
-        if kind == "kl":
-            return abs(float(metrics.get("loss/approx_kl", 0.0)))
+        if kind in MEASURED:
+            return max(float(metrics.get(MEASURED[kind], 0.0)), 0.0)
         if kind == "grad_norm_sq":
             return float(metrics.get("optim/grad_norm", 0.0)) ** 2
         return 0.0

@@ -30,7 +30,9 @@ from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict
+from rlvr.train.global_batch import apply_row_weights, gather_feedback, sum_over_ranks
 from rlvr.train.logging import PhaseTimer, RunLogger
+from rlvr.train.movement import Movement
 from rlvr.types import AdvantageInputs, LossInputs, Rollouts
 from rlvr.weighting import WeightingInputs
 
@@ -110,23 +112,32 @@ class Trainer:
         model.eval()
         with torch.no_grad():
             batch, metrics = self.collector.collect(model, self.step)
+        selector = self.parts["selector"]
+        with self.timer("observe"):  # the global batch, so every rank's selector sees the same rows
+            feedback = gather_feedback(self.acc, batch, selector.feedback_meta)
         if self.critic is not None:
             with self.timer("value"):
                 metrics.update(self.critic.predict(batch))
         with self.timer("advantage"):
             self._advantages(batch, metrics)
+            metrics.update(apply_row_weights(batch, selector.row_weights(feedback), feedback["offset"]))
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
         if self.cfg.algorithm.kl_coef > 0 and not warm:
             with self.timer("logprobs"), torch.no_grad():
                 batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
         model.train()
+        movement = Movement(None if warm else selector.update_measure, self._trainable(),
+                            lambda: self._scored(batch)[0], batch.completion_mask,
+                            lambda stats: sum_over_ranks(self.acc, stats))
+        movement.start()
         metrics.update({"loss/total": 0.0} if warm else self.update(batch))
+        metrics.update(movement.finish())
         metrics.update(batch.meta.get("weighting_metrics", {}))
         metrics.update(batch.meta.get("shaper_metrics", {}))
         if self.critic is not None:
             metrics.update(self._critic_update(batch, warm))
         with self.timer("observe"):
-            self.parts["selector"].observe({"problems": batch.problems, "rewards": batch.rewards, "meta": batch.meta, "metrics": metrics})
+            selector.observe({**feedback, "metrics": metrics})
         metrics.update(self.timer.pop())
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
         return self._mean_over_ranks(metrics), batch
@@ -161,12 +172,17 @@ class Trainer:
         if weights and len(weights) != batch.rewards.shape[1]:
             raise ConfigError(f"algorithm.reward_weights has {len(weights)} entries but the task gives "
                               f"{batch.rewards.shape[1]} objectives {batch.reward_names}")
+        estimator = self.parts["advantage"]
+        if estimator.needs_entropy:  # the sampling policy's token entropies (N, T)
+            batch.entropy = self._scored(batch, entropy=True)[1]
         inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
                                  token_rewards=batch.token_rewards, values=batch.values,
                                  logprobs=batch.rollout_logprobs, first_mistake=self._first_mistakes(batch),
                                  reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None,
-                                 **_sampler_structure(batch))
-        result = self.parts["advantage"](inputs)
+                                 entropy=batch.entropy, **_sampler_structure(batch))
+        if self.acc.num_processes > 1:  # batch statistics of the global batch, not this rank's rows
+            inputs.global_stats = sum_over_ranks(self.acc, estimator.batch_stats(inputs))
+        result = estimator(inputs)
         batch.advantages = result.advantages
         if self.critic is not None:  # value targets: the estimator's returns, else Monte-Carlo
             batch.meta["returns"] = result.returns if result.returns is not None else mc_returns(inputs)
@@ -265,6 +281,22 @@ class Trainer:
         return sequence_logprobs(model, batch.prompt_ids[sel], batch.prompt_mask[sel], batch.completion_ids[sel],
                                  batch.attention[sel], temperature=self.cfg.rollout.temperature,
                                  with_entropy=entropy, entropy_grad=entropy and self.cfg.algorithm.entropy_coef > 0)
+
+    def _scored(self, batch: Rollouts, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """No-grad log-probs (and entropies) (N, T) of the batch under the current policy, micro-batched."""
+        parts, policy = [], self.policy
+        training = policy.training
+        policy.eval()
+        with torch.no_grad():
+            for rows in micro_batches(batch.num_rows, self.cfg.optim.micro_batch_size):
+                parts.append(sequence_logprobs(
+                    policy, batch.prompt_ids[rows], batch.prompt_mask[rows], batch.completion_ids[rows],
+                    batch.attention[rows], temperature=self.cfg.rollout.temperature, with_entropy=entropy))
+        policy.train(training)
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]) if entropy else None
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
 
     def _global_normalisers(self, mask: torch.Tensor) -> dict[str, Any]:
         """Trained tokens and rows over all ranks, and the length constant C of the fixed-norm
