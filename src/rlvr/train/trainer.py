@@ -284,14 +284,11 @@ class Trainer:
 
     def _scored(self, batch: Rollouts, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad log-probs (and entropies) (N, T) of the batch under the current policy, micro-batched."""
-        parts, policy = [], self.policy
-        training = policy.training
+        policy, training = self.policy, self.policy.training
         policy.eval()
         with torch.no_grad():
-            for rows in micro_batches(batch.num_rows, self.cfg.optim.micro_batch_size):
-                parts.append(sequence_logprobs(
-                    policy, batch.prompt_ids[rows], batch.prompt_mask[rows], batch.completion_ids[rows],
-                    batch.attention[rows], temperature=self.cfg.rollout.temperature, with_entropy=entropy))
+            parts = [self._logprobs(policy, batch, rows=rows, entropy=entropy)
+                     for rows in micro_batches(batch.num_rows, self.cfg.optim.micro_batch_size)]
         policy.train(training)
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]) if entropy else None
 
