@@ -75,6 +75,9 @@ class ActiveSelection(Selector):
     Differs from uniform: keeps a ``SupervisionState`` (saved in checkpoints); with pool=stream,
     label_budget=1, data_budget=1 and τ_fix > 1 it hands out exactly uniform's problems and labels.
 
+    Data parallel: ``observe`` gets every rank's groups and notes (``feedback_meta``), so the
+    supervision state, the label budget and the selections are global and identical on every rank.
+
     Shapes: → list of n problems. Metrics (``select/``): label_budget, labelled, corrected,
     pseudo, data_budget, trained_distinct, pool_size.
     """
