@@ -129,9 +129,11 @@ class Trainer:
         movement = Movement(None if warm else selector.update_measure, self._trainable(),
                             lambda: self._scored(batch)[0], batch.completion_mask,
                             lambda stats: sum_over_ranks(self.acc, stats))
-        movement.start()
+        with self.timer("movement"):
+            movement.start()
         metrics.update({"loss/total": 0.0} if warm else self.update(batch))
-        metrics.update(movement.finish())
+        with self.timer("movement"):
+            metrics.update(movement.finish())
         metrics.update(batch.meta.get("weighting_metrics", {}))
         metrics.update(batch.meta.get("shaper_metrics", {}))
         if self.critic is not None:
