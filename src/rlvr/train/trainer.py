@@ -26,6 +26,7 @@ from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.rollout import sequence_logprobs
 from rlvr.train.budget import budget_reason, end_step
+from rlvr.train.callbacks import run_callbacks
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
@@ -39,8 +40,9 @@ class Trainer:
     """Builds a run from a ``Config`` and trains it; ``train()`` returns the summary."""
 
     def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 accelerator: Accelerator | None = None) -> None:
+                 accelerator: Accelerator | None = None, callbacks: list | None = None) -> None:
         self.cfg = cfg
+        self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.
@@ -87,11 +89,14 @@ class Trainer:
                 last = latest_checkpoint(self.run_dir)
                 raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
                                          f"checkpoint: {last or 'none'}") from err
-            end_step(self, metrics, round(metrics["rollout/sampled_rows"] * self.acc.num_processes), start,
-                     eval_fn, logger)
+            stop = end_step(self, metrics, round(metrics["rollout/sampled_rows"] * self.acc.num_processes), start,
+                            eval_fn, logger)
             logger.samples(self.step, _samples(batch, self.cfg.run.log_samples))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", loss=f"{metrics['loss/total']:.4f}")
             bar.update(1)
+            if stop:
+                reason = "callback"
+                break
             if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
                 self.save()
         bar.close()
@@ -293,7 +298,8 @@ class Trainer:
                      "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
                      "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
             extras = None if self.critic is None else self.critic.checkpoint_parts()
-            save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state, extras=extras)
+            path = save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state, extras=extras)
+            self.callbacks.save(self, self.step, path)
         self.acc.wait_for_everyone()
 
     def _resume(self) -> None:
