@@ -32,6 +32,7 @@ from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weigh
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict
 from rlvr.train.logging import PhaseTimer, RunLogger
+from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.types import AdvantageInputs, LossInputs, Rollouts
 from rlvr.weighting import WeightingInputs
 
@@ -120,6 +121,8 @@ class Trainer:
                 metrics.update(self.critic.predict(batch))
         with self.timer("advantage"):
             self._advantages(batch, metrics)
+        if self.cfg.algorithm.mask_truncated_completions:  # loss only: rewards counted in the baselines
+            metrics["rollout/masked_truncated_frac"] = mask_truncated(batch, eos_token_ids(model, self.tokenizer))
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
         if self.cfg.algorithm.kl_coef > 0 and not warm:
             with self.timer("logprobs"), torch.no_grad():
