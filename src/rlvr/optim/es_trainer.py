@@ -16,7 +16,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from rlvr.analysis.diversity import bernoulli, js_diversity
-from rlvr.models import format_prompt
+from rlvr.models import render_prompt
 from rlvr.optim.es import ESConfig, ESStepResult, es_step, select_parameters
 from rlvr.optim.noise import member_seeds
 from rlvr.rollout import generate
@@ -122,7 +122,7 @@ class ESTrainer:
         fitness differences come from the weights alone."""
         es, cfg = self.es, self.cfg
         rows = [p for p in problems for _ in range(es.samples_per_prompt)]
-        prompts = [format_prompt(self.tokenizer, p.prompt) for p in rows]
+        prompts = [render_prompt(self.tokenizer, p) for p in rows]
         seed = step_seed(cfg.run.seed, self.step, 0, 1)
         budget = es.max_new_tokens or cfg.rollout.max_new_tokens
 

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from rlvr.batching import micro_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
+from rlvr.models import render_prompt
 from rlvr.rollout import sequence_logprobs
 from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.callbacks import run_callbacks
@@ -92,7 +93,7 @@ class Trainer:
                                          f"checkpoint: {last or 'none'}") from err
             stop = end_step(self, metrics, round(metrics["rollout/sampled_rows"] * self.acc.num_processes), start,
                             eval_fn, logger)
-            logger.samples(self.step, _samples(batch, self.cfg.run.log_samples))
+            logger.samples(self.step, _samples(batch, self.cfg.run.log_samples, self.tokenizer))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", loss=f"{metrics['loss/total']:.4f}")
             bar.update(1)
             if stop:
@@ -361,13 +362,17 @@ def _sampler_structure(batch: Rollouts) -> dict[str, torch.Tensor]:
     return out
 
 
-def _samples(batch: Rollouts, n: int) -> list[dict[str, Any]]:
-    """The first ``n`` rows, plus every row whose verifier failed (with the reason)."""
+def _samples(batch: Rollouts, n: int, tokenizer: Any) -> list[dict[str, Any]]:
+    """The first ``n`` rows, plus every row whose verifier failed (with the reason). ``prompt`` is the
+    prompt string the model saw (chat template applied); ``problem`` the problem's text when it differs."""
     errors = batch.meta.get("verifier_errors", {})
     rows = []
     for i in sorted(set(range(min(n, batch.num_rows))) | set(errors)):
-        row = {"prompt": batch.problems[i].prompt, "completion": batch.texts[i] if batch.texts else "",
+        problem = batch.problems[i]
+        row = {"prompt": render_prompt(tokenizer, problem), "completion": batch.texts[i] if batch.texts else "",
                "reward": batch.rewards[i].tolist() if batch.rewards is not None else None}
+        if row["prompt"] != problem.prompt:
+            row["problem"] = problem.prompt
         if i in errors:
             row["verifier_error"] = errors[i]
         rows.append(row)
