@@ -50,7 +50,9 @@ class Dataset(Task):
     Splits: with ``test_path`` (or a saved DatasetDict holding 'test') the held-out rows come from
     there; otherwise a row is held out when its prompt hash falls in ``test_fraction``.
     ``problems(n, seed)`` returns a seeded shuffle of the split's rows, cycling when n exceeds
-    them. Answers are checked by the verifier named in ``verifier`` (default ``math_verify``),
+    them. A prompt cell may be chat messages (TRL's conversational format); those, or a
+    ``system_prompt``, travel in ``Problem.meta["messages"]`` and are rendered by
+    ``rlvr.models.render_prompt`` (rlvr.tasks.chat). Answers are checked by the verifier named in ``verifier`` (default ``math_verify``),
     which enforces ``timeout_s`` itself from any thread (rlvr.rewards.verifiers). A problem without
     a gold answer (label-free) scores 0 with ``Score.parsed`` still read by that verifier's rules
     (and ``meta["no_gold"]``), so consensus rewards (ttrl, om_grpo) can vote on it.
