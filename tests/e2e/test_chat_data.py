@@ -8,6 +8,7 @@ import random
 
 import yaml
 
+from rlvr.cli import main
 from rlvr.models.real import CHAT_TEMPLATE, build_bpe_tokenizer, build_real_model
 from rlvr.rollout.hf import generate
 from rlvr.train.logging import read_metrics
@@ -71,7 +72,15 @@ def test_chat_jsonl_with_system_prompt_trains_and_evaluates(tmp_path, monkeypatc
         return generate(model, tokenizer, prompts, **kwargs)
 
     monkeypatch.setattr(evaluation, "generate", recording)
-    result = evaluate_path(str(tmp_path / "run"), problems=4, k=2, max_new_tokens=6)  # what `rlvr eval` runs
+    result = evaluate_path(str(tmp_path / "run"), problems=4, k=2, max_new_tokens=6)  # `rlvr eval RUN`
     assert result["problems"] == 4 and 0.0 <= result["greedy_accuracy"] <= 1.0
     assert seen and all(p.startswith(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n") and p.endswith("<think></think>")
                         for p in seen)
+    # `rlvr eval MODEL_DIR` with the task's options as overrides renders the same prompts.
+    seen.clear()
+    assert main(["eval", str(model_dir), f"task.params.path={data}", "task.params.verifier=numeric",
+                 "task.params.test_fraction=0.2", f"task.params.system_prompt={SYSTEM}",
+                 "task.params.chat_template_kwargs={enable_thinking: false}",
+                 "--task", "dataset", "--problems", "3", "--k", "0", "--max-new-tokens", "4"]) == 0
+    assert len(seen) == 3 and all(p.startswith(f"<|im_start|>system\n{SYSTEM}") and p.endswith("<think></think>")
+                                  for p in seen)

@@ -121,14 +121,15 @@ def _before_after(before: dict | None, after: dict) -> dict[str, Any]:
 
 def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k: int = 8,
                   max_new_tokens: int = 48, seed: int = 0, strategy: str = "standard",
-                  cas: dict[str, Any] | None = None) -> dict[str, Any]:
+                  cas: dict[str, Any] | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """Evaluate a saved model folder, or the latest checkpoint of a run folder. ``strategy='cas'``
-    runs CAS with ``cas`` (``rlvr.eval.cas.CASConfig`` fields) against majority voting at equal budget."""
+    runs CAS with ``cas`` (``rlvr.eval.cas.CASConfig`` fields) against majority voting at equal budget.
+    ``overrides`` (``key.sub=value``) apply to the run's config, or to the defaults with ``task``."""
     from rlvr.models import load_model, load_tokenizer
     from rlvr.train.config import load_config, replace
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built
-        cfg = load_config(folder / "config.yaml")
+        cfg = load_config(folder / "config.yaml", overrides)
         from rlvr.train.checkpoint import latest_checkpoint, load_weights
         model, tokenizer = build_model(cfg)
         ckpt = latest_checkpoint(folder)
@@ -136,7 +137,7 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
             raise FileNotFoundError(f"run folder {folder} has no checkpoint")
         load_weights(ckpt, model)
     else:
-        cfg = load_config(None, [f"task.name={task}"])
+        cfg = load_config(None, [f"task.name={task}", *(overrides or [])])
         model, tokenizer = load_model(folder), load_tokenizer(folder)
     cfg = replace(cfg, rollout={"max_new_tokens": max_new_tokens})
     task_obj = build_task(cfg)
