@@ -87,8 +87,8 @@ def test_plain_rows_render_as_before_and_hints_replace_the_last_user_turn(tmp_pa
     assert render_prompt(char, plain) == "What is 2+3?"  # no chat template: the text as it is
     chat = _task(_jsonl(tmp_path / "c.jsonl", CHATS)).rows("train")[2]
     hinted = render_prompt(tok, chat, "What is 2+3? Hint: 5")
-    assert hinted == tok.apply_chat_template([*CHATS[2]["prompt"][:2], {"role": "user", "content": "What is 2+3? Hint: 5"}],
-                                             tokenize=False, add_generation_prompt=True)
+    hinted_chat = [*CHATS[2]["prompt"][:2], {"role": "user", "content": "What is 2+3? Hint: 5"}]
+    assert hinted == tok.apply_chat_template(hinted_chat, tokenize=False, add_generation_prompt=True)
     with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
         render_prompt(char, chat)
 

@@ -66,7 +66,8 @@ def main(mode: str, out: str) -> None:
     overrides = {"fixed": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean",
                            "algorithm.entropy_coef=0.01"],
                  "fixed_masked": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=seq-mean-token-mean"],
-                 "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"]}.get(mode, ["run.steps=2"])
+                 "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"],
+                 }.get(mode, ["run.steps=2"])
     cfg = tiny_config(Path(out) / "run", overrides)
     trainer = Trainer(cfg)
     result = run_fixed(trainer, mask_cut=mode == "fixed_masked") if mode.startswith("fixed") \

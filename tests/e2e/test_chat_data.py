@@ -25,7 +25,8 @@ def _rows(n: int) -> list[dict]:
     rows = []
     for _ in range(n):
         a, b = rng.randint(1, 20), rng.randint(1, 20)
-        history = [{"role": "user", "content": "Ready?"}, {"role": "assistant", "content": "Yes."}] if a % 3 == 0 else []
+        history = [{"role": "user", "content": "Ready?"}, {"role": "assistant", "content": "Yes."}]
+        history = history if a % 3 == 0 else []
         rows.append({"prompt": [*history, {"role": "user", "content": f"What is {a}+{b}?"}], "answer": str(a + b)})
     return rows
 

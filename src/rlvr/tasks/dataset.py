@@ -52,10 +52,11 @@ class Dataset(Task):
     ``problems(n, seed)`` returns a seeded shuffle of the split's rows, cycling when n exceeds
     them. A prompt cell may be chat messages (TRL's conversational format); those, or a
     ``system_prompt``, travel in ``Problem.meta["messages"]`` and are rendered by
-    ``rlvr.models.render_prompt`` (rlvr.tasks.chat). Answers are checked by the verifier named in ``verifier`` (default ``math_verify``),
-    which enforces ``timeout_s`` itself from any thread (rlvr.rewards.verifiers). A problem without
-    a gold answer (label-free) scores 0 with ``Score.parsed`` still read by that verifier's rules
-    (and ``meta["no_gold"]``), so consensus rewards (ttrl, om_grpo) can vote on it.
+    ``rlvr.models.render_prompt`` (rlvr.tasks.chat). Answers are checked by the verifier named in
+    ``verifier`` (default ``math_verify``), which enforces ``timeout_s`` itself from any thread
+    (rlvr.rewards.verifiers). A problem without a gold answer (label-free) scores 0 with
+    ``Score.parsed`` still read by that verifier's rules (and ``meta["no_gold"]``), so consensus
+    rewards (ttrl, om_grpo) can vote on it.
     """
 
     Config = DatasetConfig

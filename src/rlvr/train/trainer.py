@@ -27,8 +27,8 @@ from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
 from rlvr.rollout import sequence_logprobs
 from rlvr.train.budget import budget_reason, end_step
-from rlvr.train.callbacks import run_callbacks
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
+from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict

@@ -4,8 +4,8 @@
 
 Their rewards still count in the group baselines (the advantage stage has run); only the loss mask
 changes: ``completion_mask[i] = False`` for every truncated row i, so the trainer's global
-normalisers (``num_tokens``, ``num_seqs``) count them as absent. The attention mask is kept, so the
-forward pass over the batch is unchanged.
+normalisers (``num_tokens``, ``num_seqs``) count them as absent, and so does a critic's value loss.
+The attention mask is kept, so the forward pass over the batch is unchanged.
 """
 
 from __future__ import annotations
