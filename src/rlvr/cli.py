@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("eval", help="greedy accuracy, pass@k and maj@k on held-out problems")
     p.add_argument("model", help="a model folder (save_pretrained) or a run folder")
+    p.add_argument("overrides", nargs="*", help="key.sub=value config overrides, e.g. task.name=dataset "
+                                                "task.params.path=chat.jsonl task.params.system_prompt=...")
     p.add_argument("--task", default="arithmetic")
     p.add_argument("--problems", type=int, default=200)
     p.add_argument("--k", type=int, default=8)
@@ -145,7 +147,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cas = {"tau_stop": args.tau_stop, "tau_vote": args.tau_vote, "confidence": args.confidence,
                "max_extra": args.k - 1 if args.max_extra is None else args.max_extra}
     _print_summary(evaluate_path(args.model, task=args.task, problems=args.problems, k=args.k,
-                                 max_new_tokens=args.max_new_tokens, strategy=args.strategy, cas=cas))
+                                 max_new_tokens=args.max_new_tokens, strategy=args.strategy, cas=cas,
+                                 overrides=args.overrides))
     return 0
 
 

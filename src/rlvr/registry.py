@@ -147,6 +147,14 @@ def _entries(kind: str) -> dict[str, Entry]:
     return _REGISTRY[kind]
 
 
+def import_object(path: str, what: str = "plug-in") -> Any:
+    """The object a ``"pkg.module:Object"`` path names (for config entries that are not plug-in kinds)."""
+    module_name, sep, attr = path.partition(":")
+    if not (module_name and sep and attr):
+        raise RegistryError(f"{what} '{path}': expected 'pkg.module:Object'")
+    return _import_object(path)
+
+
 def _import_object(path: str) -> Any:
     module_name, _, attr = path.partition(":")
     try:

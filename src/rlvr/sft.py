@@ -19,7 +19,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.models.loading import format_prompt
+from rlvr.models.loading import render_prompt
 from rlvr.tasks.base import Task
 from rlvr.types import Problem
 
@@ -103,7 +103,7 @@ def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     seqs, labels = [], []
     for p in problems:
-        text = format_prompt(tokenizer, p.prompt)
+        text = render_prompt(tokenizer, p)
         bos = tokenizer.bos_token
         prompt = tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
         completion = tokenizer(task.demonstration(p), add_special_tokens=False)["input_ids"] + [eos]

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from rlvr.train.trainer import Trainer
+from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.types import AdvantageInputs, Problem, Rollouts
 from tests.e2e.tiny import tiny_config
 
@@ -30,15 +31,23 @@ def fixed_global_batch(vocab: int) -> Rollouts:
                     rewards=torch.randint(0, 2, (n, 1), generator=gen).float())
 
 
-def run_fixed(trainer: Trainer) -> dict:
-    """One update on this rank's prompts of the fixed global batch."""
+def run_fixed(trainer: Trainer, mask_cut: bool = False) -> dict:
+    """One update on this rank's prompts of the fixed global batch; with ``mask_cut``, six rows end with
+    eos (five on rank 0, one on rank 1 of 2) and the rest count as truncated and leave the loss
+    (mask_truncated_completions): rank-local normalisers would give a different update."""
     acc = trainer.acc
     batch = fixed_global_batch(trainer.policy.config.vocab_size)
+    eos = eos_token_ids(trainer.policy, trainer.tokenizer)
+    if mask_cut:
+        ended = torch.tensor([0, 1, 2, 3, 5, 9])
+        batch.completion_ids[ended, batch.completion_mask[ended].sum(-1) - 1] = eos[0]
     per_rank = B // acc.num_processes
     rows = torch.arange(acc.process_index * per_rank * G, (acc.process_index + 1) * per_rank * G)
     local = batch.select(rows)
     local.advantages = trainer.parts["advantage"](AdvantageInputs(
         rewards=local.rewards, mask=local.completion_mask, group_ids=local.group_ids)).advantages
+    if mask_cut:
+        mask_truncated(local, eos)
     metrics = trainer.update(local)
     loss = torch.tensor(metrics["loss/total"])
     if acc.num_processes > 1:  # each rank holds its share of the global loss (scaled by dp_size)
@@ -46,12 +55,23 @@ def run_fixed(trainer: Trainer) -> dict:
     return {"loss": loss.item()}
 
 
+class StopOnLastRank:
+    """Asks to stop at step 1 on the last rank only: every rank must stop there together."""
+
+    def on_step_end(self, trainer, step, metrics):
+        return trainer.acc.process_index == trainer.acc.num_processes - 1
+
+
 def main(mode: str, out: str) -> None:
-    overrides = (["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean", "algorithm.entropy_coef=0.01"]
-                 if mode == "fixed" else ["run.steps=2"])
+    overrides = {"fixed": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean",
+                           "algorithm.entropy_coef=0.01"],
+                 "fixed_masked": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=seq-mean-token-mean"],
+                 "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"],
+                 }.get(mode, ["run.steps=2"])
     cfg = tiny_config(Path(out) / "run", overrides)
     trainer = Trainer(cfg)
-    result = run_fixed(trainer) if mode == "fixed" else {"summary": trainer.train()}
+    result = run_fixed(trainer, mask_cut=mode == "fixed_masked") if mode.startswith("fixed") \
+        else {"summary": trainer.train()}
     params = {k: v.detach().double().sum().item() for k, v in trainer.policy.state_dict().items()}
     flat = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
     result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes})

@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(args: list[str], out: Path, nproc: int) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # This checkout's src first (not whichever rlvr is installed), then the repo root for tests.e2e.
+    path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(29500 + os.getpid() % 1000), "-m", "tests.e2e.ddp_worker", *args, str(out)]
@@ -37,6 +39,21 @@ def test_two_process_update_equals_single_process(tmp_path):
     assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3  # a non-trivial loss
     assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
     assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
+
+
+def test_two_process_masked_truncation_equals_single_process(tmp_path):
+    """mask_truncated_completions with uneven truncation per rank: global num_seqs, same update."""
+    two = _run(["fixed_masked"], tmp_path / "two", 2)
+    one = _run(["fixed_masked"], tmp_path / "one", 1)[0]
+    assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3
+    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
+
+
+def test_a_callback_stopping_on_one_rank_stops_every_rank(tmp_path):
+    ranks = _run(["stop"], tmp_path / "stop", 2)
+    assert all(r["summary"]["stopped_by"] == "callback" and r["summary"]["steps"] == 1 for r in ranks)
+    assert _max_diff(ranks[0]["flat"], ranks[1]["flat"]) == 0.0
 
 
 def test_two_process_training_keeps_ranks_identical(tmp_path):

@@ -150,7 +150,7 @@ def bound_report(path: str, *, problems: int = 200, delta: float = 0.05, seed: i
     """Bits of a TinyLoRA adapter (a run folder or its ``adapter/``) and the Occam bound on its
     accuracy over ``problems`` held-out (test split) problems, decoded with Gumbel-max noise
     (``example_seed(seed, i)`` for problem i) or greedily."""
-    from rlvr.models import format_prompt
+    from rlvr.models import render_prompt
     from rlvr.optim.progressive import load_adapter_policy
     from rlvr.rollout import generate
     from rlvr.tasks import verify_all
@@ -165,7 +165,7 @@ def bound_report(path: str, *, problems: int = 200, delta: float = 0.05, seed: i
     texts: list[str] = []
     for lo in range(0, len(items), chunk):
         part = items[lo:lo + chunk]
-        prompts = [format_prompt(tokenizer, p.prompt) for p in part]
+        prompts = [render_prompt(tokenizer, p) for p in part]
         if decode == "gumbel":
             seeds = [example_seed(seed, lo + i) for i in range(len(part))]
             texts += gumbel_generate(model, tokenizer, prompts, seeds, max_new_tokens=tokens,

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-from rlvr.models import format_prompt
+from rlvr.models import render_prompt
 from rlvr.rollout import generate
 from rlvr.tasks import verify_all
 
@@ -29,7 +29,7 @@ def correct_move_rate(model: torch.nn.Module, tokenizer: Any, task: Any, problem
     rows = [p for p in problems for _ in range(samples)]
     was_training = model.training
     model.eval()
-    gen = generate(model, tokenizer, [format_prompt(tokenizer, p.prompt) for p in rows],
+    gen = generate(model, tokenizer, [render_prompt(tokenizer, p) for p in rows],
                    max_new_tokens=max_new_tokens, temperature=temperature, do_sample=True, seed=seed)
     model.train(was_training)
     scores = [s.value for s in verify_all(task, rows, gen.texts, 5.0)]

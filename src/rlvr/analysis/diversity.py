@@ -65,12 +65,12 @@ def population_outcomes(model: torch.nn.Module, tokenizer: Any, task: Any, probl
                         seed: int = 0) -> tuple[Tensor, list[list[list[Any]]]]:
     """Correctness (N, X, S) and parsed answers [N][X][S] of the members ``θ + σ ε(seed_k)`` (ES
     perturbations of ``params``, restored afterwards). ``temperature`` 0 decodes greedily (S = 1)."""
-    from rlvr.models import format_prompt
+    from rlvr.models import render_prompt
     from rlvr.optim.es import perturb, restore, snapshot
     from rlvr.rollout import generate
     from rlvr.tasks import verify_all
     rows = [p for p in problems for _ in range(samples)]
-    prompts = [format_prompt(tokenizer, p.prompt) for p in rows]
+    prompts = [render_prompt(tokenizer, p) for p in rows]
     saved = snapshot(params)
     correct = torch.zeros(len(seeds), len(problems), samples, dtype=torch.float64)
     answers: list[list[list[Any]]] = []

@@ -40,12 +40,12 @@ def privileged_text(problem: Problem, template: str) -> str:
 
 def critic_prompts(batch: Rollouts, tokenizer: Any, template: str) -> tuple[Tensor, Tensor]:
     """(N, P') left-padded critic prompt ids and their bool mask. The policy view reuses the batch's
-    own prompt ids (exactly what the policy saw); a privileged template is formatted and tokenized
-    with the same prompt formatting (chat template when the tokenizer has one)."""
+    own prompt ids (exactly what the policy saw); a privileged template is formatted and rendered
+    like the policy's prompt (in place of its prompt text: its conversation's last user turn)."""
     if template == POLICY_VIEW:
         return batch.prompt_ids, batch.prompt_mask
-    from rlvr.models import format_prompt
+    from rlvr.models import render_prompt
     from rlvr.rollout import encode_prompts
-    texts = [format_prompt(tokenizer, privileged_text(p, template)) for p in batch.problems]
+    texts = [render_prompt(tokenizer, p, privileged_text(p, template)) for p in batch.problems]
     ids, mask = encode_prompts(tokenizer, texts)
     return ids.to(batch.prompt_ids.device), mask.to(batch.prompt_ids.device)

@@ -155,7 +155,7 @@ def sample_answers(model: Any, tokenizer: Any, task: Any, problems: Sequence[Any
                    missing_confidence: float, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                    seed: int = 0, batch_size: int = 64) -> tuple[list[Sample], list[str], list[Any]]:
     """One sampled completion per problem (repeat a problem for more): samples, texts and verifier scores."""
-    from rlvr.models.loading import format_prompt
+    from rlvr.models.loading import render_prompt
     from rlvr.rewards.answer import parse_confidence
     from rlvr.rollout.hf import generate
     from rlvr.tasks.safe import verify_all
@@ -163,7 +163,7 @@ def sample_answers(model: Any, tokenizer: Any, task: Any, problems: Sequence[Any
     samples, texts, scores = [], [], []
     for b, lo in enumerate(range(0, len(problems), batch_size)):
         chunk = list(problems[lo:lo + batch_size])
-        gen = generate(model, tokenizer, [format_prompt(tokenizer, p.prompt) for p in chunk],
+        gen = generate(model, tokenizer, [render_prompt(tokenizer, p) for p in chunk],
                        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, do_sample=True,
                        seed=seed + b)
         verdicts = verify_all(task, chunk, gen.texts)

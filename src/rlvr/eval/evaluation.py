@@ -8,7 +8,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.eval.calibration import calibration_metrics
 from rlvr.eval.metrics import majority, pass_at_k
-from rlvr.models.loading import format_prompt
+from rlvr.models.loading import render_prompt
 from rlvr.rollout.hf import generate
 from rlvr.tasks.base import Task
 from rlvr.tasks.safe import verify_all
@@ -29,7 +29,7 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     if not problems:
         raise ValueError("evaluate: no problems")
     budget = max_new_tokens or task.max_new_tokens
-    prompts = [format_prompt(tokenizer, p.prompt) for p in problems]
+    prompts = [render_prompt(tokenizer, p) for p in problems]
     greedy, greedy_len = _scores(model, tokenizer, task, problems, prompts, budget, batch_size,
                                  dict(do_sample=False), seed)
     out: dict[str, Any] = {"num_problems": len(problems),

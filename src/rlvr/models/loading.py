@@ -1,4 +1,4 @@
-"""Load any local Hugging Face checkpoint (Qwen, Llama, our tiny models) by path; format prompts."""
+"""Load any local Hugging Face checkpoint (Qwen, Llama, our tiny models) by path; render prompts."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers import PreTrainedTokenizerFast
 
 from rlvr.models.tokenizer import CHAR_TOKENIZER_MARK
+from rlvr.types import Problem
 
 
 def load_model(path: str | Path, dtype: torch.dtype | str = "auto", **kwargs: Any) -> PreTrainedModel:
@@ -43,9 +44,40 @@ def format_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
     when the tokenizer has one, else ``text`` unchanged. Tokenizing the result adds ``<bos>``
     (our char tokenizer) — a chat template that writes its own bos is the template's business."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
+        return format_messages(tokenizer, [{"role": "user", "content": text}])
     return text
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, problem: Problem, text: str | None = None) -> str:
+    """The prompt string the model sees for ``problem`` (rollouts, warm start and evaluation all use
+    it): the conversation in ``problem.meta["messages"]`` (a dataset's conversational prompt or its
+    ``system_prompt``, rlvr.tasks.chat) through the chat template with
+    ``meta["chat_template_kwargs"]``, else ``format_prompt(tokenizer, problem.prompt)``. ``text``
+    replaces the prompt text (the last user turn of a conversation), e.g. a hint sampler's prompt."""
+    messages = problem.meta.get("messages")
+    if not messages:
+        return format_prompt(tokenizer, problem.prompt if text is None else text)
+    if text is not None:
+        messages = with_last_user(messages, text)
+    return format_messages(tokenizer, messages, **problem.meta.get("chat_template_kwargs", {}))
+
+
+def format_messages(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
+    """``apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **template_kwargs)``,
+    with a clear error for a tokenizer without a chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("a conversational prompt (chat messages, task.params.system_prompt or "
+                         "chat_template_kwargs) needs a tokenizer with a chat template; this one has none")
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **template_kwargs)
+
+
+def with_last_user(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """``messages`` with the last user turn's content replaced by ``text`` (a user turn is added
+    when there is none)."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last is None:
+        return [*messages, {"role": "user", "content": text}]
+    return [*messages[:last], {**messages[last], "content": text}, *messages[last + 1:]]
 
 
 def _check_folder(path: str | Path, required: str | None) -> Path:

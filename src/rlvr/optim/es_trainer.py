@@ -16,12 +16,13 @@ import yaml
 from tqdm.auto import tqdm
 
 from rlvr.analysis.diversity import bernoulli, js_diversity
-from rlvr.models import format_prompt
+from rlvr.models import render_prompt
 from rlvr.optim.es import ESConfig, ESStepResult, es_step, select_parameters
 from rlvr.optim.noise import member_seeds
 from rlvr.rollout import generate
 from rlvr.tasks import verify_all
 from rlvr.train.budget import budget_reason, end_step
+from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.train.collect import step_seed
 from rlvr.train.config import Config, to_dict
@@ -40,9 +41,10 @@ class ESTrainer:
 
     def __init__(self, cfg: Config, es: ESConfig, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  accelerator: Any = None, start_step: int = 0, start_rollouts: int = 0,
-                 start_seconds: float = 0.0) -> None:
+                 start_seconds: float = 0.0, callbacks: list | None = None) -> None:
         from rlvr.train.build import build_model, build_plugin, build_task
         self.cfg, self.es = cfg, es
+        self.callbacks = run_callbacks(cfg, callbacks)
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         if accelerator is None:
@@ -77,9 +79,12 @@ class ESTrainer:
         while (reason := self._budget_reason()) is None:
             start = time.perf_counter()
             metrics = self.train_step()
-            end_step(self, metrics, int(metrics["rollout/sampled_rows"]), start, eval_fn, logger)
+            stop = end_step(self, metrics, int(metrics["rollout/sampled_rows"]), start, eval_fn, logger)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", update=f"{metrics['es/update_norm']:.2e}")
             bar.update(1)
+            if stop:
+                reason = "callback"
+                break
             if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
                 self.save()
         bar.close()
@@ -117,7 +122,7 @@ class ESTrainer:
         fitness differences come from the weights alone."""
         es, cfg = self.es, self.cfg
         rows = [p for p in problems for _ in range(es.samples_per_prompt)]
-        prompts = [format_prompt(self.tokenizer, p.prompt) for p in rows]
+        prompts = [render_prompt(self.tokenizer, p) for p in rows]
         seed = step_seed(cfg.run.seed, self.step, 0, 1)
         budget = es.max_new_tokens or cfg.rollout.max_new_tokens
 
@@ -162,7 +167,8 @@ class ESTrainer:
         if self.acc.is_main_process:
             state = {"phase": "es", "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
                      "plugins": {"selector": self.parts["selector"].state_dict()} if self._stateful_selector else {}}
-            save_checkpoint(self.run_dir, self.step, self.policy, NoOptimizerState(), state)  # type: ignore[arg-type]
+            path = save_checkpoint(self.run_dir, self.step, self.policy, NoOptimizerState(), state)  # type: ignore[arg-type]
+            self.callbacks.save(self, self.step, path)
         self.acc.wait_for_everyone()
 
     def _resume(self) -> None:

@@ -33,6 +33,7 @@ class SequentialTrainer:
         # The gradient phase sees a budget of grpo_steps (its lr schedule spans that phase only).
         self.gradient = Trainer(replace(cfg, run={"steps": es.grpo_steps}), model=model, tokenizer=tokenizer)
         self.acc, self.tokenizer, self.parts = self.gradient.acc, self.gradient.tokenizer, self.gradient.parts
+        self.callbacks = self.gradient.callbacks  # both phases call the same callbacks
         self.es_trainer: ESTrainer | None = None
 
     @property
@@ -47,9 +48,12 @@ class SequentialTrainer:
         first: dict[str, Any] = {"steps": self.es.grpo_steps, "rollouts": 0, "seconds": 0.0}
         if not in_es:
             first = self.gradient.train(resume=resume, eval_fn=eval_fn)
+            if first["stopped_by"] == "callback":
+                return {**first, "grpo_steps": first["steps"]}
         self.es_trainer = ESTrainer(self.cfg, self.es, model=self.policy, tokenizer=self.tokenizer,
                                     accelerator=self.acc, start_step=first["steps"],
                                     start_rollouts=first["rollouts"], start_seconds=first["seconds"])
+        self.es_trainer.callbacks = self.callbacks
         self.es_trainer.parts["selector"] = self.parts["selector"]  # a curriculum carries over between phases
         out = self.es_trainer.train(resume=in_es, eval_fn=eval_fn)
         return {**out, "grpo_steps": first["steps"]}

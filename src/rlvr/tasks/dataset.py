@@ -1,5 +1,6 @@
-"""Problems from a file: JSONL, Parquet or a ``datasets`` folder saved with ``save_to_disk``,
-with columns ``prompt`` and ``answer`` (optional ``solution``); answers checked with math-verify
+"""Problems from a file: JSONL, Parquet, a ``datasets`` folder saved with ``save_to_disk`` or a
+``datasets.load_dataset`` name in the local cache, with columns ``prompt`` (a string, or chat
+messages: rlvr.tasks.chat) and ``answer`` (optional ``solution``); answers checked with math-verify
 by default (option ``verifier``)."""
 
 from __future__ import annotations
@@ -12,16 +13,27 @@ from typing import Any
 
 from rlvr.registry import param, register
 from rlvr.tasks.base import Task, TaskConfig, _check_split, prompt_hash
+from rlvr.tasks.chat import prompt_fields
+from rlvr.tasks.hub import looks_like_hub_name, read_hub
 from rlvr.tasks.safe import safe_verify
 from rlvr.types import Problem, Score
 
 
 @dataclass(frozen=True)
 class DatasetConfig(TaskConfig):
-    path: str = param("", "JSONL (.jsonl), Parquet (.parquet) file or a datasets save_to_disk folder")
+    path: str = param("", "JSONL (.jsonl), Parquet (.parquet) file, a datasets save_to_disk folder, or a "
+                          "datasets.load_dataset name (e.g. openai/gsm8k) in the local Hugging Face cache")
+    subset: str = param("", "configuration (the Hub's 'subset', load_dataset's `name`) of a load_dataset name, "
+                            "e.g. 'main' for openai/gsm8k")
+    split: str = param("", "split of `path` to train on; '' = 'train' (or the only split)")
     test_path: str = param("", "held-out file; empty = hold out test_fraction of `path` by prompt hash "
                                 "(a saved DatasetDict's 'test' split is used when present)")
-    prompt_column: str = param("prompt", "column with the prompt text")
+    prompt_column: str = param("prompt", "column with the prompt: text, or a list of {role, content} chat "
+                                         "messages (TRL's conversational format)")
+    system_prompt: str = param("", "system message put before every prompt (unless a conversation starts "
+                                   "with its own); needs a tokenizer with a chat template")
+    chat_template_kwargs: dict = param({}, "extra arguments of the tokenizer's apply_chat_template, e.g. "
+                                           "{enable_thinking: false}")
     answer_column: str = param("answer", "column with the gold answer; '' = a label-free dataset (no answers; "
                                          "rows whose answer is null are label-free too)")
     solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
@@ -38,10 +50,13 @@ class Dataset(Task):
     Splits: with ``test_path`` (or a saved DatasetDict holding 'test') the held-out rows come from
     there; otherwise a row is held out when its prompt hash falls in ``test_fraction``.
     ``problems(n, seed)`` returns a seeded shuffle of the split's rows, cycling when n exceeds
-    them. Answers are checked by the verifier named in ``verifier`` (default ``math_verify``),
-    which enforces ``timeout_s`` itself from any thread (rlvr.rewards.verifiers). A problem without
-    a gold answer (label-free) scores 0 with ``Score.parsed`` still read by that verifier's rules
-    (and ``meta["no_gold"]``), so consensus rewards (ttrl, om_grpo) can vote on it.
+    them. A prompt cell may be chat messages (TRL's conversational format); those, or a
+    ``system_prompt``, travel in ``Problem.meta["messages"]`` and are rendered by
+    ``rlvr.models.render_prompt`` (rlvr.tasks.chat). Answers are checked by the verifier named in
+    ``verifier`` (default ``math_verify``), which enforces ``timeout_s`` itself from any thread
+    (rlvr.rewards.verifiers). A problem without a gold answer (label-free) scores 0 with
+    ``Score.parsed`` still read by that verifier's rules (and ``meta["no_gold"]``), so consensus
+    rewards (ttrl, om_grpo) can vote on it.
     """
 
     Config = DatasetConfig
@@ -95,13 +110,13 @@ class Dataset(Task):
 
     def _load(self) -> dict[str, list[Problem]]:
         cfg = self.config
-        tables = read_table(cfg.path)
-        main = tables.get("train", next(iter(tables.values())))
-        train = self._problems_from(main, cfg.path)
+        tables = read_table(cfg.path, cfg.subset)
+        main_split = train_split(tables, cfg.split, cfg.path)
+        train = self._problems_from(tables[main_split], cfg.path)
         if cfg.test_path:
-            test_tables = read_table(cfg.test_path)
+            test_tables = read_table(cfg.test_path, cfg.subset)
             test = self._problems_from(test_tables.get("test", next(iter(test_tables.values()))), cfg.test_path)
-        elif "test" in tables and "train" in tables:
+        elif "test" in tables and main_split != "test" and ("train" in tables or cfg.split):
             test = self._problems_from(tables["test"], cfg.path)
         else:
             test = [p for p in train if self.split_of(p.prompt) == "test"]
@@ -118,20 +133,40 @@ class Dataset(Task):
                                  f"(columns: {sorted(columns) or 'none, the file is empty'}){hint}")
         out = []
         for i, row in enumerate(rows):
-            prompt, solution = str(row[cfg.prompt_column]), row.get(cfg.solution_column)
-            uid = f"dataset:{prompt_hash(prompt):016x}"
+            prompt, identity, chat = self._prompt(row[cfg.prompt_column], f"{source}, row {i}")
+            solution = row.get(cfg.solution_column)
+            uid = f"dataset:{prompt_hash(identity):016x}"
             answer = row.get(cfg.answer_column) if cfg.answer_column else None
-            meta = {"row": i, "source": source, **{col: row[col] for col in cfg.meta_columns}}
+            meta = {"row": i, "source": source, **chat, **{col: row[col] for col in cfg.meta_columns}}
             out.append(Problem(prompt, None if answer is None else str(answer),
                                None if solution is None else str(solution), uid, meta))
         return out
 
+    def _prompt(self, value: Any, where: str) -> tuple[str, str, dict[str, Any]]:
+        """(display text, identity text, meta entries) of a prompt cell (rlvr.tasks.chat); any cell
+        that is not a list of messages is read as text (``str``), as before."""
+        cfg = self.config
+        if not isinstance(value, (str, list, tuple)):
+            value = str(value)
+        return prompt_fields(value, system_prompt=cfg.system_prompt, template_kwargs=cfg.chat_template_kwargs,
+                             where=where)
 
-def read_table(path: str) -> dict[str, list[dict[str, Any]]]:
-    """Rows of a JSONL / Parquet file ({"train": rows}) or of a save_to_disk folder (one entry per
-    split of a DatasetDict, else {"train": rows})."""
+
+def train_split(tables: dict[str, list[dict[str, Any]]], split: str, path: str) -> str:
+    """The split to train on: ``split`` when given (it must exist), else 'train' or the first one."""
+    if split and split not in tables:
+        raise ValueError(f"dataset task: {path} has no split '{split}'; splits: {', '.join(tables)}")
+    return split or ("train" if "train" in tables else next(iter(tables)))
+
+
+def read_table(path: str, name: str = "") -> dict[str, list[dict[str, Any]]]:
+    """Rows of a JSONL / Parquet file ({"train": rows}), of a save_to_disk folder (one entry per
+    split of a DatasetDict, else {"train": rows}) or of a cached ``load_dataset`` name (configuration
+    ``name``; rlvr.tasks.hub)."""
     p = Path(path)
     if not p.exists():
+        if looks_like_hub_name(path):
+            return read_hub(path, name)
         raise FileNotFoundError(f"dataset file not found: {p}")
     if p.is_dir():
         from datasets import Dataset as HFDataset, DatasetDict, load_from_disk

@@ -25,16 +25,23 @@ def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any =
 
 
 def end_step(trainer: Any, metrics: dict[str, float], sampled: int, started: float, eval_fn: Any,
-             logger: Any) -> None:
+             logger: Any) -> bool:
     """The bookkeeping after one optimizer step that every trainer loop shares: advance the step and
     the rollout / wall-clock budgets, add them to ``metrics``, run the periodic evaluation (main
-    process only) and log. ``trainer`` has ``step``, ``rollouts_spent``, ``seconds_spent``, ``cfg``,
-    ``acc`` and ``policy``; ``sampled`` is the completions this step sampled on all ranks."""
+    process only), log, and call the callbacks. ``trainer`` has ``step``, ``rollouts_spent``,
+    ``seconds_spent``, ``cfg``, ``acc``, ``policy`` and optionally ``callbacks``
+    (``rlvr.train.callbacks.Callbacks``); ``sampled`` is the completions this step sampled on all
+    ranks. Returns True when a callback asked to stop the run."""
     trainer.step += 1
     trainer.rollouts_spent += sampled
     trainer.seconds_spent += time.perf_counter() - started
     metrics.update({"rollout/spent": trainer.rollouts_spent, "time/elapsed": trainer.seconds_spent})
     run = trainer.cfg.run
+    callbacks = getattr(trainer, "callbacks", None)
     if eval_fn is not None and trainer.acc.is_main_process and run.eval_every and trainer.step % run.eval_every == 0:
-        metrics.update(eval_fn(trainer.policy, trainer.step))
+        evaluation = eval_fn(trainer.policy, trainer.step)
+        metrics.update(evaluation)
+        if callbacks is not None:
+            callbacks.evaluate(trainer, trainer.step, evaluation)
     logger.log(trainer.step, metrics)
+    return callbacks is not None and callbacks.step_end(trainer, trainer.step, metrics)

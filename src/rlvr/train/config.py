@@ -105,6 +105,9 @@ class AlgorithmConfig:
     kl_coef: float = param(0.0, "KL penalty coefficient in the loss (needs a reference model)")
     kl_estimator: str = param("k3", "k1 | k2 | k3 | abs")
     entropy_coef: float = param(0.0, "entropy bonus coefficient")
+    mask_truncated_completions: bool = param(False, "exclude completions cut by rollout.max_new_tokens (no eos) "
+                                                    "from the loss, as DAPO and TRL do; their rewards still "
+                                                    "count in group baselines")
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,14 @@ class RunConfig:
     save_every: int = param(50, "checkpoint period in steps (0 = only at the end)")
     log_samples: int = param(4, "sample completions written per logging step")
     threads: int = param(0, "torch intra-op threads per process (0 = leave as is)")
+    callbacks: list = param([], "callbacks called after each step, evaluation and save (rlvr.train.callbacks): "
+                                "'pkg.module:Object' or {name: 'pkg.module:Class', params: {...}} (keyword "
+                                "arguments of the class)")
+
+    def __post_init__(self) -> None:
+        bad = [c.name for c in self.callbacks if c.name.count(":") != 1]
+        if bad:
+            raise ConfigError(f"run.callbacks: expected 'pkg.module:Object' names, got {bad}")
 
 
 @dataclass(frozen=True)

@@ -65,25 +65,32 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
     return fn
 
 
-def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None) -> Any:
+def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
+                 callbacks: list | None = None) -> Any:
     """The gradient ``Trainer`` for ``optim.name: adamw``; otherwise the registered optimizer plug-in's
     own trainer (``plugin.trainer(cfg, model=..., tokenizer=...)``), which offers the same surface:
-    ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``."""
+    ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``. ``callbacks``
+    (rlvr.train.callbacks) join those named in ``run.callbacks``."""
     if cfg.optim.name == "adamw":
-        return Trainer(cfg, model=model, tokenizer=tokenizer)
+        return Trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks)
     from rlvr.train.build import build_plugin
     from rlvr.train.config import PluginSpec
     plugin = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
-    return plugin.trainer(cfg, model=model, tokenizer=tokenizer)
+    trainer = plugin.trainer(cfg, model=model, tokenizer=tokenizer)
+    if (callbacks or cfg.run.callbacks) and not hasattr(trainer, "callbacks"):
+        raise ValueError(f"optimizer '{cfg.optim.name}': its training loop does not support callbacks")
+    if callbacks:
+        trainer.callbacks.add(*callbacks)
+    return trainer
 
 
 def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None = None,
-              tokenizer: Any = None) -> dict[str, Any]:
+              tokenizer: Any = None, callbacks: list | None = None) -> dict[str, Any]:
     """Train per ``cfg`` (warm-starting the tiny model first when configured) and write summary.json."""
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
         model, tokenizer, info = warm_start_model(cfg)
-    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer)
+    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks)
     task = trainer.parts["task"]
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)
@@ -97,6 +104,8 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
         return {}
     if trainer.acc.is_main_process:
         after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
+        if hasattr(trainer, "callbacks"):
+            trainer.callbacks.evaluate(trainer, trainer.step, after)
         summary.update(_before_after(before, after))
         write_summary(cfg.run.out_dir, summary)
     return summary
@@ -112,14 +121,15 @@ def _before_after(before: dict | None, after: dict) -> dict[str, Any]:
 
 def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k: int = 8,
                   max_new_tokens: int = 48, seed: int = 0, strategy: str = "standard",
-                  cas: dict[str, Any] | None = None) -> dict[str, Any]:
+                  cas: dict[str, Any] | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """Evaluate a saved model folder, or the latest checkpoint of a run folder. ``strategy='cas'``
-    runs CAS with ``cas`` (``rlvr.eval.cas.CASConfig`` fields) against majority voting at equal budget."""
+    runs CAS with ``cas`` (``rlvr.eval.cas.CASConfig`` fields) against majority voting at equal budget.
+    ``overrides`` (``key.sub=value``) apply to the run's config, or to the defaults with ``task``."""
     from rlvr.models import load_model, load_tokenizer
     from rlvr.train.config import load_config, replace
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built
-        cfg = load_config(folder / "config.yaml")
+        cfg = load_config(folder / "config.yaml", overrides)
         from rlvr.train.checkpoint import latest_checkpoint, load_weights
         model, tokenizer = build_model(cfg)
         ckpt = latest_checkpoint(folder)
@@ -127,7 +137,7 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
             raise FileNotFoundError(f"run folder {folder} has no checkpoint")
         load_weights(ckpt, model)
     else:
-        cfg = load_config(None, [f"task.name={task}"])
+        cfg = load_config(None, [f"task.name={task}", *(overrides or [])])
         model, tokenizer = load_model(folder), load_tokenizer(folder)
     cfg = replace(cfg, rollout={"max_new_tokens": max_new_tokens})
     task_obj = build_task(cfg)

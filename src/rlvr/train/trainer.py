@@ -24,15 +24,18 @@ from tqdm.auto import tqdm
 from rlvr.batching import micro_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
+from rlvr.models import render_prompt
 from rlvr.rollout import sequence_logprobs
 from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
+from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict
 from rlvr.train.global_batch import apply_row_weights, gather_feedback, sum_over_ranks
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.train.movement import Movement
+from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.types import AdvantageInputs, LossInputs, Rollouts
 from rlvr.weighting import WeightingInputs
 
@@ -41,8 +44,9 @@ class Trainer:
     """Builds a run from a ``Config`` and trains it; ``train()`` returns the summary."""
 
     def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 accelerator: Accelerator | None = None) -> None:
+                 accelerator: Accelerator | None = None, callbacks: list | None = None) -> None:
         self.cfg = cfg
+        self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.
@@ -89,11 +93,14 @@ class Trainer:
                 last = latest_checkpoint(self.run_dir)
                 raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
                                          f"checkpoint: {last or 'none'}") from err
-            end_step(self, metrics, round(metrics["rollout/sampled_rows"] * self.acc.num_processes), start,
-                     eval_fn, logger)
-            logger.samples(self.step, _samples(batch, self.cfg.run.log_samples))
+            stop = end_step(self, metrics, round(metrics["rollout/sampled_rows"] * self.acc.num_processes), start,
+                            eval_fn, logger)
+            logger.samples(self.step, _samples(batch, self.cfg.run.log_samples, self.tokenizer))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", loss=f"{metrics['loss/total']:.4f}")
             bar.update(1)
+            if stop:
+                reason = "callback"
+                break
             if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
                 self.save()
         bar.close()
@@ -121,6 +128,8 @@ class Trainer:
         with self.timer("advantage"):
             self._advantages(batch, metrics)
             metrics.update(apply_row_weights(batch, selector.row_weights(feedback), feedback["offset"]))
+        if self.cfg.algorithm.mask_truncated_completions:  # loss only: rewards counted in the baselines
+            metrics["rollout/masked_truncated_frac"] = mask_truncated(batch, eos_token_ids(model, self.tokenizer))
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
         if self.cfg.algorithm.kl_coef > 0 and not warm:
             with self.timer("logprobs"), torch.no_grad():
@@ -326,7 +335,8 @@ class Trainer:
                      "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
                      "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
             extras = None if self.critic is None else self.critic.checkpoint_parts()
-            save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state, extras=extras)
+            path = save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state, extras=extras)
+            self.callbacks.save(self, self.step, path)
         self.acc.wait_for_everyone()
 
     def _resume(self) -> None:
@@ -385,13 +395,17 @@ def _sampler_structure(batch: Rollouts) -> dict[str, torch.Tensor]:
     return out
 
 
-def _samples(batch: Rollouts, n: int) -> list[dict[str, Any]]:
-    """The first ``n`` rows, plus every row whose verifier failed (with the reason)."""
+def _samples(batch: Rollouts, n: int, tokenizer: Any) -> list[dict[str, Any]]:
+    """The first ``n`` rows, plus every row whose verifier failed (with the reason). ``prompt`` is the
+    prompt string the model saw (chat template applied); ``problem`` the problem's text when it differs."""
     errors = batch.meta.get("verifier_errors", {})
     rows = []
     for i in sorted(set(range(min(n, batch.num_rows))) | set(errors)):
-        row = {"prompt": batch.problems[i].prompt, "completion": batch.texts[i] if batch.texts else "",
+        problem = batch.problems[i]
+        row = {"prompt": render_prompt(tokenizer, problem), "completion": batch.texts[i] if batch.texts else "",
                "reward": batch.rewards[i].tolist() if batch.rewards is not None else None}
+        if row["prompt"] != problem.prompt:
+            row["problem"] = problem.prompt
         if i in errors:
             row["verifier_error"] = errors[i]
         rows.append(row)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from rlvr.batching import concat_rollouts
-from rlvr.models import format_prompt
+from rlvr.models import render_prompt
 from rlvr.plugin import Plugin
 from rlvr.rollout.hf import Generation, generate
 from rlvr.rollout.scoring import sequence_logprobs
@@ -63,7 +63,7 @@ def sample_plain(model: torch.nn.Module, rows: list[Problem], ctx: SampleContext
     """One completion per row from the formatted prompt, with the run's sampling settings
     (``keep_hidden``: also the output layer's inputs, ``Generation.hidden``)."""
     r = ctx.rollout
-    prompts = [format_prompt(ctx.tokenizer, p.prompt) for p in rows]
+    prompts = [render_prompt(ctx.tokenizer, p) for p in rows]
     return generate(model, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                     top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed, keep_hidden=keep_hidden,
                     **engine_kwargs(r))

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlvr.models import format_prompt
+from rlvr.models import render_prompt
 from rlvr.registry import param, register
 from rlvr.rewards.answer import EXTRACT_MODES, extract_answer, normalise
 from rlvr.rollout.hf import encode_prompts, generate_ids
@@ -156,7 +156,7 @@ class HiTTRLSampler(Sampler):
                ctx: SampleContext) -> tuple[list[list[int]], dict[str, float]]:
         """One power-MH chain per row (rows sharing an α run together); hints without a final eos."""
         tok = ctx.tokenizer
-        ctx_ids, ctx_mask = encode_prompts(tok, [format_prompt(tok, p.prompt) for p in rows])
+        ctx_ids, ctx_mask = encode_prompts(tok, [render_prompt(tok, p) for p in rows])
         hints: list[list[int]] = [[] for _ in rows]
         proposed = accepted = 0
         for k, alpha in enumerate(sorted(set(alphas))):
@@ -176,7 +176,7 @@ class HiTTRLSampler(Sampler):
                   group_ids: torch.Tensor, ctx: SampleContext) -> Rollouts:
         """``y ~ π(· | x ⊕ h)`` for each row; the completion as the trainer will see it."""
         tok, r = ctx.tokenizer, ctx.rollout
-        base_ids, base_mask = encode_prompts(tok, [format_prompt(tok, p.prompt) for p in rows])
+        base_ids, base_mask = encode_prompts(tok, [render_prompt(tok, p) for p in rows])
         ctx_ids, ctx_mask = extend_contexts(base_ids, base_mask, hints, tok.pad_token_id)
         gen = generate_ids(policy, tok, ctx_ids, ctx_mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                            top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919)

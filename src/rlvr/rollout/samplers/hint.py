@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.models import format_prompt
+from rlvr.models import render_prompt
 from rlvr.registry import param, register
 from rlvr.rollout.hf import encode_prompts, generate_ids
 from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, check_range, engine_kwargs,
@@ -135,9 +135,9 @@ class HintSampler(Sampler):
         cfg, tok, r = self.config, ctx.tokenizer, ctx.rollout
         lams = uniform_fractions(len(rows), *cfg.hint_len_range, seed=ctx.seed + 53)
         hints = [self.hint_of(p, lam) for p, lam in zip(rows, lams)]
-        base_ids, base_mask = encode_prompts(tok, [format_prompt(tok, p.prompt) for p in rows])
+        base_ids, base_mask = encode_prompts(tok, [render_prompt(tok, p) for p in rows])
         if cfg.placement == "prompt":
-            texts = [format_prompt(tok, cfg.template.format(prompt=p.prompt, hint=h)) if h else format_prompt(tok, p.prompt)
+            texts = [render_prompt(tok, p, cfg.template.format(prompt=p.prompt, hint=h)) if h else render_prompt(tok, p)
                      for p, h in zip(rows, hints)]
             ctx_ids, ctx_mask = encode_prompts(tok, texts)
             hint_ids = [[] for _ in rows]
