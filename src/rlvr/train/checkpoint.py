@@ -1,16 +1,23 @@
-"""Atomic checkpoints: safetensors for tensors, JSON for the rest; no pickle.
+"""Atomic, verified checkpoints: safetensors for tensors, JSON for the rest; no pickle.
 
-Layout: ``RUN/checkpoints/step_000050/{model.safetensors, optimizer.safetensors, state.json}`` (plus
-``<name>.safetensors`` and ``<name>_optimizer.safetensors`` per extra trained module, e.g. the critic) and
-``RUN/checkpoints/latest`` naming the newest complete one. A checkpoint is written into a
-temporary folder and renamed into place, so a crash mid-write never leaves a half checkpoint and
-never touches the previous one.
+Layout: ``RUN/checkpoints/step_000050/{model.safetensors, optimizer.safetensors, state.json,
+manifest.json}`` (plus ``<name>.safetensors`` and ``<name>_optimizer.safetensors`` per extra trained
+module, e.g. the critic) and ``RUN/checkpoints/latest`` naming the newest complete one.
+
+The save sequence never removes a complete checkpoint before its replacement is complete: files
+are written into a temporary folder, ``manifest.json`` (size and sha256 of every other file in the
+folder, whatever they are) is written last, the folder is renamed into place (a previous save of
+the same step is first renamed aside to ``step_N.old``, deleted only after), then ``latest`` moves,
+then older checkpoints are pruned. Loading verifies the manifest; ``latest_checkpoint`` returns the
+newest intact checkpoint, naming each one it skipped and why (see ``verify_checkpoint``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,8 +26,17 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from rlvr.notice import notice
+
 
 Extra = dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]  # name -> (module, its optimizer)
+MANIFEST = "manifest.json"
+FORMAT = 2  # state.json["format"]: checkpoints from 2 on carry a manifest; older ones load unverified
+_STEP_DIR = re.compile(r"step_(\d+)(\.old)?$")
+
+
+class CheckpointError(RuntimeError):
+    """No intact checkpoint to load (the message lists each one and why it was refused)."""
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -42,17 +58,30 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
                       str(tmp / f"{name}.safetensors"))
             tensors, extra_meta[name] = _flatten_optimizer(opt)
             save_file(tensors, str(tmp / f"{name}_optimizer.safetensors"))
-        _write_json(tmp / "state.json", {"step": step, "optimizer": opt_meta, "extra_optimizers": extra_meta,
-                                         **state})
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        _write_json(tmp / "state.json", {"step": step, "format": FORMAT, "optimizer": opt_meta,
+                                         "extra_optimizers": extra_meta, **state})
+        write_manifest(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _move_into_place(tmp, final)
     _write_text_atomic(root / "latest", final.name)
-    _prune(root, keep)
+    _prune(root, keep, final)
     return final
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename the complete ``tmp`` to ``final``; an existing ``final`` (the same step saved again) is
+    renamed aside first and deleted only once the new one is in place."""
+    aside = final.with_name(final.name + ".old")
+    if final.exists():
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if aside.exists():
+        shutil.rmtree(aside)
 
 
 def save_weights(folder: str | Path, model: torch.nn.Module) -> Path:
@@ -71,18 +100,101 @@ def load_weights(folder: str | Path, model: torch.nn.Module) -> None:
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    pointer = Path(run_dir) / "checkpoints" / "latest"
-    if not pointer.exists():
-        return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if (path / "state.json").exists() else None
+    """The newest intact checkpoint of a run (None when it has none): each newer one that fails
+    ``verify_checkpoint`` is skipped with a notice naming it and why; when every one fails, a
+    ``CheckpointError`` lists them all."""
+    found = checkpoints(run_dir)
+    skipped = []
+    for path in found:
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path
+        skipped.append(f"{path.name}: {problem}")
+        notice(f"skipping checkpoint {path}: {problem}")
+    if skipped:
+        raise CheckpointError(f"no intact checkpoint in {Path(run_dir) / 'checkpoints'}: " + "; ".join(skipped))
+    return None
+
+
+def checkpoints(run_dir: str | Path) -> list[Path]:
+    """Checkpoint folders of a run, newest step first (a ``step_N.old`` after its ``step_N``)."""
+    root = Path(run_dir) / "checkpoints"
+    found = []
+    for path in root.iterdir() if root.is_dir() else []:
+        match = _STEP_DIR.match(path.name)
+        if match and path.is_dir():
+            found.append((-int(match.group(1)), bool(match.group(2)), path.name, path))
+    return [path for *_, path in sorted(found)]
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """Why the checkpoint folder ``path`` cannot be loaded (a missing, truncated or altered file, an
+    unreadable state.json or manifest), or None when it is intact."""
+    path = Path(path)
+    try:
+        state = json.loads((path / "state.json").read_text())
+    except FileNotFoundError:
+        return "state.json is missing"
+    except (ValueError, OSError) as err:
+        return f"state.json is unreadable ({err})"
+    if not isinstance(state, dict) or "step" not in state:
+        return "state.json has no step"
+    if state.get("format", 1) < FORMAT:
+        return None  # written before manifests existed: nothing to verify against
+    try:
+        files = json.loads((path / MANIFEST).read_text())["files"]
+    except FileNotFoundError:
+        return f"{MANIFEST} is missing"
+    except (ValueError, KeyError, TypeError, OSError) as err:
+        return f"{MANIFEST} is unreadable ({err})"
+    for name, want in sorted(files.items()):
+        problem = _check_file(path / name, want)
+        if problem:
+            return f"{name} {problem}"
+    return None
+
+
+def _check_file(path: Path, want: dict) -> str | None:
+    if not path.is_file():
+        return "is missing"
+    size = path.stat().st_size
+    if size != want["size"]:
+        return f"has {size} bytes, the manifest says {want['size']} (truncated or overwritten)"
+    if _sha256(path) != want["sha256"]:
+        return "does not match its sha256 in the manifest (corrupted)"
+    return None
+
+
+def write_manifest(folder: Path) -> None:
+    """``folder/manifest.json``: size and sha256 of every other file under ``folder``."""
+    files = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p, sync=True)}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    _write_json(folder / MANIFEST, {"files": files})
+
+
+def _sha256(path: Path, sync: bool = False) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+        if sync:  # the manifest is written last: everything it vouches for is on disk first
+            os.fsync(fh.fileno())
+    return digest.hexdigest()
+
+
+def _step_of(path: Path) -> int:
+    return int(_STEP_DIR.match(path.name).group(1))  # type: ignore[union-attr]
 
 
 def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    extras: Extra | None = None) -> dict:
+                    extras: Extra | None = None, verify: bool = True) -> dict:
     """Restore weights (and optimizer state, and every extra module with its optimizer) in place;
-    return the JSON state."""
+    return the JSON state. ``verify`` first checks the manifest (skip it only for a folder that
+    ``latest_checkpoint`` has just verified)."""
     path = Path(path)
+    problem = verify_checkpoint(path) if verify else None
+    if problem:
+        raise CheckpointError(f"checkpoint {path}: {problem}")
     _load_model(path, model)
     state = json.loads((path / "state.json").read_text())
     if optimizer is not None:
@@ -141,7 +253,28 @@ def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torc
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1, default=_jsonable))
+    _write_file(path, json.dumps(data, indent=1, default=_jsonable))
+
+
+def _write_file(path: Path, text: str) -> None:
+    """Write and fsync, so a renamed folder never holds a file still only in the page cache."""
+    with open(path, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # e.g. a platform without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -154,13 +287,16 @@ def _jsonable(obj: Any) -> Any:
 
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    _write_file(tmp, text)
     os.replace(tmp, path)
 
 
-def _prune(root: Path, keep: int) -> None:
-    done = sorted(p for p in root.glob("step_*") if p.is_dir())
-    for old in done[:-keep] if keep > 0 else []:
+def _prune(root: Path, keep: int, current: Path) -> None:
+    """Delete all but the ``keep`` newest checkpoints up to ``current`` (which stays, with any newer
+    ones), and temporary folders of interrupted saves."""
+    step = _step_of(current)
+    older = [p for p in checkpoints(root.parent) if _step_of(p) < step]
+    for old in older[max(keep - 1, 0):] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     for stale in root.glob(".tmp_step_*"):
         shutil.rmtree(stale, ignore_errors=True)

@@ -73,6 +73,7 @@ class Trainer:
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
         self.seconds_spent = 0.0  # RL wall-clock so far, across resumes (the time budget)
+        self._saved_step = -1  # the step of the last checkpoint written or loaded
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -104,7 +105,8 @@ class Trainer:
             if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
                 self.save()
         bar.close()
-        self.save()
+        if self._saved_step != self.step:  # the last step may have been saved periodically already
+            self.save()
         logger.close()
         return {"steps": self.step, "rollouts": self.rollouts_spent, "seconds": self.seconds_spent,
                 "stopped_by": reason}
@@ -337,16 +339,17 @@ class Trainer:
             extras = None if self.critic is None else self.critic.checkpoint_parts()
             path = save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state, extras=extras)
             self.callbacks.save(self, self.step, path)
+        self._saved_step = self.step
         self.acc.wait_for_everyone()
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.run_dir)
         if path is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
-        state = load_checkpoint(path, self.policy, self.optimizer,
+        state = load_checkpoint(path, self.policy, self.optimizer, verify=False,  # latest_checkpoint verified it
                                 extras=None if self.critic is None else self.critic.checkpoint_parts())
         self.scheduler.load_state_dict(state["scheduler"])
-        self.step = int(state["step"])
+        self.step = self._saved_step = int(state["step"])
         self.rollouts_spent = int(state.get("rollouts_spent", 0))
         self.seconds_spent = float(state.get("seconds_spent", 0.0))
         for key, plugin in self._stateful_plugins().items():  # e.g. FADE's entropy target
