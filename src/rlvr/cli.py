@@ -17,12 +17,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("quickstart", help="tiny model, warm start, GRPO, before/after accuracy and a plot")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="run folder (default runs/quickstart, or runs/quickstart_seed<S>)")
+    p.add_argument("--overwrite", action="store_true", help="archive a previous run in that folder and start over")
     p.add_argument("overrides", nargs="*", help="key.sub=value config overrides")
 
     p = sub.add_parser("train", help="train from a YAML config (e.g. configs/methods/dapo.yaml)")
     p.add_argument("config", nargs="?", default=None, help="YAML config; omit for the defaults")
     p.add_argument("overrides", nargs="*", help="key.sub=value config overrides")
-    p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the run in RUN_DIR exactly")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the run in RUN_DIR exactly "
+                                                                      "(RUN_DIR itself, even if copied or moved)")
+    p.add_argument("--overwrite", action="store_true", help="start over in a run folder that holds a run "
+                                                            "(the old run is archived next to it, not deleted)")
 
     p = sub.add_parser("sft", help="supervised warm start on task demonstrations; saves a checkpoint")
     p.add_argument("config", nargs="?", default=None)
@@ -80,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as err:  # input errors: one clear line
+    except (ValueError, KeyError, RuntimeError) as err:  # input errors: one clear line
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a missing file, a full disk, no permission: one line naming the path
+        where = f": {err.filename}" if err.filename else ""
+        print(f"rlvr {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
 
 
@@ -115,17 +123,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.train.run import train_run
     if args.config and "=" in args.config:  # `train --resume RUN key=value`: no config file given
         args.overrides, args.config = [args.config, *args.overrides], None
+    overrides = [*args.overrides, *(["run.overwrite=true"] if args.overwrite else [])]
     if args.resume:
-        from pathlib import Path
-        if args.config:
-            raise ValueError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-        cfg = load_config(Path(args.resume) / "config.yaml", args.overrides)
-        summary = train_run(cfg, resume=True)
+        summary = train_run(resume_config(args.resume, args.config, overrides), resume=True)
     else:
-        summary = train_run(load_config(resolve_config(args.config), args.overrides))
+        summary = train_run(load_config(resolve_config(args.config), overrides))
     if summary:  # data-parallel: only the main process reports
         _print_summary(summary)
     return 0
+
+
+def resume_config(run: str, config: str | None, overrides: list[str]) -> Any:
+    """The config of the run in folder ``run`` with ``overrides``; its out_dir is ``run`` itself,
+    whatever folder it was written in (so a copied or moved run resumes in place)."""
+    from pathlib import Path
+    from rlvr.train.config import load_config, replace
+    if config:
+        raise ValueError("with --resume the run's own config.yaml is used; pass only key=value overrides")
+    if any(item.partition("=")[0].strip() in ("run.out_dir", "run.overwrite") for item in overrides):
+        raise ValueError(f"--resume {run} continues that folder; run.out_dir and --overwrite do not apply")
+    if not (Path(run) / "config.yaml").is_file():
+        raise ValueError(f"cannot resume {run}: it has no config.yaml (is it a run folder?)")
+    cfg = load_config(Path(run) / "config.yaml", overrides)
+    return replace(cfg, run={"out_dir": str(run), "overwrite": False})
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -155,7 +175,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from rlvr.quickstart import quickstart
     out = args.out or ("runs/quickstart" if args.seed == 0 else f"runs/quickstart_seed{args.seed}")
-    _print_summary(quickstart(seed=args.seed, out_dir=out, overrides=args.overrides))
+    overrides = [*args.overrides, *(["run.overwrite=true"] if args.overwrite else [])]
+    _print_summary(quickstart(seed=args.seed, out_dir=out, overrides=overrides))
     return 0
 
 

@@ -112,6 +112,8 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress
         return {**status, "status": "done", "reused": True}
     resumable = previous is not None and (run_dir / "checkpoints" / "latest").exists()
     args = ["train", "--resume", str(run_dir)] if resumable else ["train", str(spec)]
+    if not resumable and run_dir.exists():  # killed before its first checkpoint: start it over
+        args.append("--overwrite")
     log = run_dir.parent / f"seed{seed}.log"
     code = _launch(args, log, progress, f"{method.name} seed {seed}" + (" (resumed)" if resumable else ""))
     if code == 0 and (run_dir / "summary.json").exists():

@@ -6,11 +6,14 @@ by default (option ``verifier``)."""
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr.notice import notice
 from rlvr.registry import param, register
 from rlvr.tasks.base import Task, TaskConfig, _check_split, prompt_hash
 from rlvr.tasks.chat import prompt_fields
@@ -41,6 +44,14 @@ class DatasetConfig(TaskConfig):
     verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact")
     meta_columns: list = param([], "extra columns copied into each Problem.meta (e.g. ref_accuracy for c3rl); "
                                    "a missing one is an error")
+    on_bad_row: str = param("error", "a row missing a column, with an answer that is not a string or number, or "
+                                     "with a prompt too long for the model's context: 'error' (naming the row) "
+                                     "or 'skip' (dropped and counted)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.on_bad_row not in ("error", "skip"):
+            raise ValueError(f"on_bad_row must be 'error' or 'skip', got {self.on_bad_row!r}")
 
 
 @register("task", "dataset")
@@ -69,6 +80,7 @@ class Dataset(Task):
             raise ValueError("dataset task: set `path` to a JSONL, Parquet file or a save_to_disk folder")
         self._rows: dict[str, list[Problem]] | None = None
         self._verifier: Any = None
+        self.skipped_rows = 0  # rows dropped under on_bad_row: skip
 
     def rows(self, split: str) -> list[Problem]:
         """All problems of a split (loaded once)."""
@@ -123,24 +135,61 @@ class Dataset(Task):
             train = [p for p in train if self.split_of(p.prompt) == "train"]
         return {"train": train, "test": test}
 
+    def drop_rows(self, uids: set[str], reason: str) -> None:
+        """Drop the problems ``uids`` from both splits (``on_bad_row: skip``) or raise naming ``reason``."""
+        if self.config.on_bad_row != "skip":
+            raise ValueError(f"dataset task: {self.config.path}: {reason}; fix them or set "
+                             f"task.params.on_bad_row=skip")
+        self.rows("train")
+        assert self._rows is not None
+        before = sum(map(len, self._rows.values()))
+        self._rows = {split: [p for p in rows if p.uid not in uids] for split, rows in self._rows.items()}
+        self.skipped_rows += before - sum(map(len, self._rows.values()))
+        notice(f"dataset task: skipped {reason}")
+
     def _problems_from(self, rows: list[dict[str, Any]], source: str) -> list[Problem]:
         cfg = self.config
-        columns = set(rows[0]) if rows else set()
+        first = rows[0] if rows else {}
+        columns = set(first) if isinstance(first, dict) else set()
         for col in (cfg.prompt_column, cfg.answer_column, *cfg.meta_columns):
             if col and col not in columns:
                 hint = "; for a dataset without answers set answer_column: ''" if col == cfg.answer_column else ""
                 raise ValueError(f"dataset task: column '{col}' is missing in {source} "
                                  f"(columns: {sorted(columns) or 'none, the file is empty'}){hint}")
-        out = []
+        out, bad = [], []
         for i, row in enumerate(rows):
-            prompt, identity, chat = self._prompt(row[cfg.prompt_column], f"{source}, row {i}")
-            solution = row.get(cfg.solution_column)
-            uid = f"dataset:{prompt_hash(identity):016x}"
-            answer = row.get(cfg.answer_column) if cfg.answer_column else None
-            meta = {"row": i, "source": source, **chat, **{col: row[col] for col in cfg.meta_columns}}
-            out.append(Problem(prompt, None if answer is None else str(answer),
-                               None if solution is None else str(solution), uid, meta))
+            try:
+                out.append(self._problem(row, i, source, columns))
+            except BadRow as err:
+                bad.append(f"row {i + 1}: {err}")
+        if bad:
+            listed = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+            if cfg.on_bad_row != "skip":
+                raise ValueError(f"dataset task: {source}: {len(bad)} bad row(s) ({listed}); fix them or set "
+                                 f"task.params.on_bad_row=skip")
+            self.skipped_rows += len(bad)
+            notice(f"dataset task: skipped {len(bad)} bad row(s) of {source} ({listed})")
         return out
+
+    def _problem(self, row: Any, i: int, source: str, columns: set[str]) -> Problem:
+        """One row as a Problem; ``BadRow`` says what is wrong with it. A row without the answer column
+        is label-free (partly labelled data), unless it has a column the first row lacks (a misspelling)."""
+        cfg = self.config
+        if not isinstance(row, dict):
+            raise BadRow(f"expected an object with columns, got {type(row).__name__}")
+        unknown = sorted(set(row) - columns)
+        missing = [c for c in (cfg.prompt_column, *cfg.meta_columns) if c not in row]
+        if cfg.answer_column and cfg.answer_column not in row and unknown:
+            missing.append(cfg.answer_column)
+        if missing:
+            raise BadRow(f"column(s) {missing} missing (columns there: {sorted(row)}"
+                         + (f"; not in the first row: {unknown})" if unknown else ")"))
+        prompt, identity, chat = self._prompt(row[cfg.prompt_column], f"{source}, row {i}")
+        solution = row.get(cfg.solution_column)
+        uid = f"dataset:{prompt_hash(identity):016x}"
+        answer = answer_text(row.get(cfg.answer_column)) if cfg.answer_column else None
+        meta = {"row": i, "source": source, **chat, **{col: row[col] for col in cfg.meta_columns}}
+        return Problem(prompt, answer, None if solution is None else str(solution), uid, meta)
 
     def _prompt(self, value: Any, where: str) -> tuple[str, str, dict[str, Any]]:
         """(display text, identity text, meta entries) of a prompt cell (rlvr.tasks.chat); any cell
@@ -150,6 +199,23 @@ class Dataset(Task):
             value = str(value)
         return prompt_fields(value, system_prompt=cfg.system_prompt, template_kwargs=cfg.chat_template_kwargs,
                              where=where)
+
+
+class BadRow(ValueError):
+    """A dataset row that cannot become a problem (the message says why)."""
+
+
+def answer_text(value: Any) -> str | None:
+    """A gold answer as text: a string as is, a number once normalised (58.0 → "58", 0.5 → "0.5"),
+    None for a label-free row; anything else (a list, dict, bool, NaN) is a ``BadRow``."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+        value = float(value)
+        return str(int(value)) if value.is_integer() else repr(value)
+    raise BadRow(f"answer {value!r:.60} is a {type(value).__name__}; an answer must be a string or a finite number")
 
 
 def train_split(tables: dict[str, list[dict[str, Any]]], split: str, path: str) -> str:

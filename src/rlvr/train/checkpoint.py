@@ -198,25 +198,36 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
     _load_model(path, model)
     state = json.loads((path / "state.json").read_text())
     if optimizer is not None:
-        _restore_optimizer(optimizer, load_file(str(path / "optimizer.safetensors")), state["optimizer"])
+        _restore_optimizer(optimizer, _tensors(path / "optimizer.safetensors"), state["optimizer"])
     for name, (module, opt) in (extras or {}).items():
         if not (path / f"{name}.safetensors").exists():
             raise RuntimeError(f"checkpoint {path} has no '{name}' weights ({name}.safetensors); was it "
                                f"written by a run without one?")
         _load_model(path, module, f"{name}.safetensors")
-        _restore_optimizer(opt, load_file(str(path / f"{name}_optimizer.safetensors")),
+        _restore_optimizer(opt, _tensors(path / f"{name}_optimizer.safetensors"),
                            state["extra_optimizers"][name])
     return state
 
 
 def _load_model(path: Path, model: torch.nn.Module, filename: str = "model.safetensors") -> None:
-    weights = load_file(str(path / filename))
+    weights = _tensors(path / filename)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     state = model.state_dict()
     loaded_ptrs = {state[k].data_ptr() for k in weights if k in state}
     shared = {k for k, v in state.items() if v.data_ptr() in loaded_ptrs}  # tied to a loaded tensor
     if unexpected or set(missing) - shared:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
+
+
+def _tensors(file: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; an unreadable one (e.g. a checkpoint from before manifests,
+    truncated) is a one-line ``CheckpointError`` naming it."""
+    try:
+        return load_file(str(file))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {file} is missing") from None
+    except Exception as err:  # noqa: BLE001 — safetensors raises its own error types
+        raise CheckpointError(f"checkpoint file {file} is unreadable ({err})") from None
 
 
 def _untie(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -179,6 +179,8 @@ class RunConfig:
     callbacks: list = param([], "callbacks called after each step, evaluation and save (rlvr.train.callbacks): "
                                 "'pkg.module:Object' or {name: 'pkg.module:Class', params: {...}} (keyword "
                                 "arguments of the class)")
+    overwrite: bool = param(False, "start a fresh run even when out_dir holds one (it is archived next to it "
+                                   "as <out_dir>.archived-<time>, never deleted); CLI: --overwrite")
 
     def __post_init__(self) -> None:
         bad = [c.name for c in self.callbacks if c.name.count(":") != 1]
@@ -197,6 +199,10 @@ class Config:
     critic: CriticConfig = param(CriticConfig(), "learned value model (critic)")
     run: RunConfig = param(RunConfig(), "run length, seed, logging")
 
+    def __post_init__(self) -> None:
+        from rlvr.train.validate import check_ranges  # numeric ranges: one line naming the key
+        check_ranges(self)
+
 
 # --- loading ----------------------------------------------------------------------------------
 
@@ -213,18 +219,36 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return from_dict(Config, tree)
 
 
-def read_yaml(path: Path) -> dict:
-    """A YAML mapping (``safe_load``); an ``include: other.yaml`` key merges that file underneath."""
+def read_yaml(path: Path, _including: tuple[Path, ...] = ()) -> dict:
+    """A YAML mapping (``safe_load``); an ``include: other.yaml`` key merges that file underneath.
+    Syntax errors, rejected tags and include loops are ``ConfigError``s naming the file and line."""
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    text = path.read_text()
+    data = _safe_load(text, str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     data.pop("paper", None)  # presets cite their paper; it is documentation, not a knob
     included = data.pop("include", None)
     if included:
-        data = merge(read_yaml((path.parent / included).resolve()), data)
+        target = (path.parent / str(included)).resolve()
+        if target in (*_including, path.resolve()):
+            line = next((n for n, row in enumerate(text.splitlines(), 1) if row.startswith("include:")), 1)
+            chain = " -> ".join(str(p) for p in (*_including, path.resolve(), target))
+            raise ConfigError(f"{path}, line {line}: include loop ({chain})")
+        data = merge(read_yaml(target, (*_including, path.resolve())), data)
     return data
+
+
+def _safe_load(text: str, source: str, lines: bool = True) -> Any:
+    """``yaml.safe_load`` whose errors (syntax, a tag it refuses to construct) are one line with the line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None and lines else ""
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{source}{where}: invalid YAML ({what})") from None
 
 
 def parse_override(item: str) -> dict:
@@ -232,7 +256,7 @@ def parse_override(item: str) -> dict:
     if "=" not in item:
         raise ConfigError(f"override '{item}' must look like key.sub=value")
     key, _, raw = item.partition("=")
-    value = yaml.safe_load(raw) if raw else ""
+    value = _safe_load(raw, f"override '{item}'", lines=False) if raw else ""
     tree: Any = value
     for part in reversed(key.strip().split(".")):
         tree = {part: tree}

@@ -12,6 +12,8 @@ from typing import Any, Iterator
 
 import torch
 
+from rlvr.notice import notice
+
 
 class PhaseTimer:
     """Accumulates wall-clock seconds per named phase; ``timing/<phase>`` metrics."""
@@ -76,10 +78,27 @@ class RunLogger:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` (a torn last line, from an interrupted write, left out)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)[0]
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The rows of a JSONL log and its torn last line (text that is not one whole JSON row, as an
+    interrupted write or a full disk leaves), or None; a bad line before the last is a ValueError."""
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    rows = []
+    for n, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if n == len(lines):
+                return rows, line
+            raise ValueError(f"{path}: line {n} is not valid JSON; repair or remove that line") from None
+        rows.append(row)
+    return rows, None
 
 
 def _scalar(value: Any) -> Any:
@@ -95,5 +114,8 @@ def _truncate_after(path: Path, step: int) -> None:
     if step <= 0:
         path.unlink()
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
-    path.write_text("".join(line + "\n" for line in keep))
+    rows, torn = read_jsonl(path)
+    if torn is not None:
+        notice(f"{path}: dropped a torn last line ({len(torn)} characters) left by an interrupted write")
+    keep = [row for row in rows if row.get("step", 0) <= step]
+    path.write_text("".join(json.dumps(row) + "\n" for row in keep))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -9,7 +10,9 @@ import torch
 
 from rlvr.train.build import build_model, build_task
 from rlvr.train.config import Config
+from rlvr.train.run_dir import claim_run_dir
 from rlvr.train.trainer import Trainer, write_summary
+from rlvr.train.validate import validate_run
 
 
 def warm_start_model(cfg: Config) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
@@ -86,7 +89,17 @@ def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: A
 
 def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None = None,
               tokenizer: Any = None, callbacks: list | None = None) -> dict[str, Any]:
-    """Train per ``cfg`` (warm-starting the tiny model first when configured) and write summary.json."""
+    """Train per ``cfg`` (warm-starting the tiny model first when configured) and write summary.json.
+    Plug-ins, parameters and the run folder are checked first; a fresh run refuses a folder holding
+    another run unless ``run.overwrite``; the folder is locked while the run writes it."""
+    validate_run(cfg)
+    main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
+    with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):
+        return _train_run(cfg, resume, model, tokenizer, callbacks)
+
+
+def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokenizer: Any,
+               callbacks: list | None) -> dict[str, Any]:
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
         model, tokenizer, info = warm_start_model(cfg)

@@ -36,6 +36,7 @@ from rlvr.train.global_batch import apply_row_weights, gather_feedback, sum_over
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.train.movement import Movement
 from rlvr.train.truncation import eos_token_ids, mask_truncated
+from rlvr.train.validate import context_length, fit_prompts
 from rlvr.types import AdvantageInputs, LossInputs, Rollouts
 from rlvr.weighting import WeightingInputs
 
@@ -56,6 +57,7 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         if model is None:
             model, tokenizer = build_model(cfg)
+        fit_prompts(self.parts["task"], tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
         needs_ref = cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
         self.ref_model = self._frozen_copy(model) if needs_ref else None
