@@ -57,12 +57,19 @@ def test_a_misspelt_column_after_the_first_row_is_reported_with_row_numbers(tmp_
         _task(tmp_path, rows).rows("train")
     message = str(err.value)
     assert "2 bad row(s)" in message
-    assert "row 6: column(s) ['answer'] missing (columns there: ['answr', 'prompt'])" in message
+    assert "row 6: column(s) ['answer'] missing (columns there: ['answr', 'prompt']; not in the first row: " \
+           "['answr'])" in message
     assert "row 7: column(s) ['prompt'] missing" in message
 
 
+def test_a_row_without_the_answer_column_is_label_free(tmp_path):
+    task = _task(tmp_path, ROWS + [{"prompt": "unlabelled?"}, {"prompt": "null?", "answer": None}])
+    label_free = [p for p in _all_rows(task) if p.answer is None]
+    assert sorted(p.prompt for p in label_free) == ["null?", "unlabelled?"] and task.skipped_rows == 0
+
+
 def test_skip_drops_and_counts_bad_rows(tmp_path, capsys):
-    rows = ROWS + [{"prompt": "x?", "answer": {"a": 1}}, {"prompt": "y?", "answer": False}, {"prompt": "z?"}]
+    rows = ROWS + [{"prompt": "x?", "answer": {"a": 1}}, {"prompt": "y?", "answer": False}, {"answer": "z"}]
     task = _task(tmp_path, rows, on_bad_row="skip")
     assert len(_all_rows(task)) == len(ROWS) and task.skipped_rows == 3
     err = capsys.readouterr().err

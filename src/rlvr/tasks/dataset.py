@@ -38,7 +38,7 @@ class DatasetConfig(TaskConfig):
     chat_template_kwargs: dict = param({}, "extra arguments of the tokenizer's apply_chat_template, e.g. "
                                            "{enable_thinking: false}")
     answer_column: str = param("answer", "column with the gold answer; '' = a label-free dataset (no answers; "
-                                         "rows whose answer is null are label-free too)")
+                                         "rows whose answer is null or absent are label-free too)")
     solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
     timeout_s: float = param(5.0, "time limit of one answer check, in seconds")
     verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact")
