@@ -110,7 +110,7 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress
         previous = None
     if previous is not None and (run_dir / "summary.json").exists():
         return {**status, "status": "done", "reused": True}
-    resumable = previous is not None and (run_dir / "checkpoints" / "latest").exists()
+    resumable = previous is not None and any((run_dir / "checkpoints").glob("step_*"))
     args = ["train", "--resume", str(run_dir)] if resumable else ["train", str(spec)]
     if not resumable and run_dir.exists():  # killed before its first checkpoint: start it over
         args.append("--overwrite")
