@@ -8,15 +8,31 @@ from typing import Any
 import torch
 
 from rlvr.losses.objective import Objective, ObjectiveConfig
-from rlvr.registry import RegistryError, build
+from rlvr.registry import RegistryError, build, get
 from rlvr.train.config import Config, ConfigError, PluginSpec
 
 
-def build_plugin(kind: str, spec: PluginSpec) -> Any:
+def build_plugin(kind: str, spec: PluginSpec, cfg: Config | None = None) -> Any:
+    """The plug-in of ``spec``; with the run's ``cfg``, parameters the plug-in ties to run settings
+    (its class's ``run_defaults``, e.g. overlong's ``max_length`` → ``rollout.max_new_tokens``) are
+    filled in from the config when the spec leaves them unset."""
     try:
-        return build(kind, spec.name, **spec.params)
+        params = dict(spec.params)
+        if cfg is not None:
+            for key, path in getattr(get(kind, spec.name), "run_defaults", {}).items():
+                if params.get(key) is None:
+                    params[key] = _config_value(cfg, path)
+        return build(kind, spec.name, **params)
     except (RegistryError, TypeError, ValueError) as err:
         raise ConfigError(f"{kind} '{spec.name}': {err}") from err
+
+
+def _config_value(cfg: Config, path: str) -> Any:
+    """The config value at a dotted ``path`` such as 'rollout.max_new_tokens'."""
+    value: Any = cfg
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def build_task(cfg: Config) -> Any:
@@ -61,7 +77,7 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
         "selector": build_plugin("selector", algo.selector),
         "advantage": advantage,
         "objective": objective,
-        "shapers": [build_plugin("shaper", s) for s in algo.shapers],
+        "shapers": [build_plugin("shaper", s, cfg) for s in algo.shapers],
         "filters": [build_plugin("filter", f) for f in algo.filters],
         "weightings": [build_plugin("weighting", w) for w in algo.weightings],
     }
