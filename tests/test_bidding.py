@@ -152,7 +152,7 @@ def test_sampler_roles_and_plans_feed_d_grpo(tmp_path):
     tok = build_char_tokenizer()
     policy = build_tiny_model(tok, hidden=32, layers=1, heads=2, seed=0).eval()
     task = build("task", "auto_bidding")
-    sampler = build("sampler", "multi_turn", env="auto_bidding", max_turns=3, plans=2)
+    sampler = build("sampler", "multi_turn", env="auto_bidding", max_turns=3, plans=2, cf_samples=0)
     ctx = SampleContext(tokenizer=tok, rollout=SimpleNamespace(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0),
                         seed=1)
     batch = sampler.sample(policy, task.problems(2, seed=0), 4, ctx)

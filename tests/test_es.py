@@ -204,7 +204,7 @@ def test_registered_with_conventions_and_defaults():
     assert isinstance(es, ES) and es.config.sigma == 1e-3 and es.config.population == 30
     assert es.config.step_size == 5e-4  # α = σ/2 by default (METHODS §1.9)
     assert build("optimizer", "es", alpha=0.01).config.step_size == 0.01
-    assert isinstance(build("optimizer", "grpo_then_es"), GRPOThenES)
+    assert isinstance(build("optimizer", "grpo_then_es", grpo_steps=10), GRPOThenES)
     with pytest.raises(RegistryError, match="unknown parameter"):
         build("optimizer", "es", lr=1.0)
 

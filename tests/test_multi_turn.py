@@ -76,7 +76,7 @@ def test_training_sequence_is_the_conversation_the_model_saw(tok, policy, monkey
         return gen
 
     monkeypatch.setattr(multi_turn, "generate_ids", record)
-    sampler = build("sampler", "multi_turn", env="scripted_test", max_turns=3)
+    sampler = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=3)
     batch = sampler.sample(policy, _problems(), 3, _ctx(tok))
     assert batch.num_rows == 6
     for i in range(batch.num_rows):
@@ -95,7 +95,7 @@ def test_training_sequence_is_the_conversation_the_model_saw(tok, policy, monkey
 
 def test_env_tokens_are_masked_with_origin_env_and_get_zero_gradient(tok, policy):
     model = copy.deepcopy(policy)
-    batch = build("sampler", "multi_turn", env="scripted_test", max_turns=3).sample(model, _problems(), 2, _ctx(tok))
+    batch = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=3).sample(model, _problems(), 2, _ctx(tok))
     env_tok = batch.token_origin == int(Origin.ENV)
     assert bool(env_tok.any())
     assert not bool((batch.completion_mask & env_tok).any())
@@ -110,7 +110,7 @@ def test_env_tokens_are_masked_with_origin_env_and_get_zero_gradient(tok, policy
 
 @pytest.mark.parametrize("reward, expected", [("final", 0.4), ("best", 0.5)])
 def test_episode_reward_turn_scores_and_token_rewards(tok, policy, reward, expected):
-    sampler = build("sampler", "multi_turn", env="scripted_test", max_turns=5, reward=reward,
+    sampler = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=5, reward=reward,
                     token_rewards="turn_scores")
     batch = sampler.sample(policy, _problems(1), 2, _ctx(tok))
     for i in range(2):
@@ -129,7 +129,7 @@ def test_episode_reward_turn_scores_and_token_rewards(tok, policy, reward, expec
 
 
 def test_max_turns_stops_the_episode_without_a_trailing_observation(tok, policy):
-    batch = build("sampler", "multi_turn", env="scripted_test", max_turns=2).sample(policy, _problems(1), 2, _ctx(tok))
+    batch = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=2).sample(policy, _problems(1), 2, _ctx(tok))
     for i in range(2):
         assert len(batch.meta["turn_spans"][i]) == 2
         last_end = batch.meta["turn_spans"][i][-1][1]
@@ -140,7 +140,7 @@ def test_max_turns_stops_the_episode_without_a_trailing_observation(tok, policy)
 def test_one_turn_is_the_plain_sampler(tok, policy):
     problems = _problems(3)
     plain = build("sampler", "plain").sample(policy, problems, 2, _ctx(tok))
-    one = build("sampler", "multi_turn", env="scripted_test", max_turns=1).sample(policy, problems, 2, _ctx(tok))
+    one = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=1).sample(policy, problems, 2, _ctx(tok))
     assert torch.equal(plain.prompt_ids, one.prompt_ids) and torch.equal(plain.prompt_mask, one.prompt_mask)
     assert torch.equal(plain.completion_ids, one.completion_ids)
     assert torch.equal(plain.completion_mask, one.completion_mask)
@@ -149,7 +149,7 @@ def test_one_turn_is_the_plain_sampler(tok, policy):
 
 
 def test_plans_share_the_first_turn_and_nest_in_groups(tok, policy):
-    sampler = build("sampler", "multi_turn", env="scripted_test", max_turns=3, plans=2,
+    sampler = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=3, plans=2,
                     env_params={"roles": ["planner", "executor"]})
     batch = sampler.sample(policy, _problems(2), 4, _ctx(tok))
     plan_ids, groups = batch.meta["plan_ids"], batch.group_ids
@@ -184,11 +184,11 @@ def test_counterfactual_baselines_sit_at_selected_turn_starts(tok, policy):
 
 def test_bad_setups_are_clear_errors(tok, policy):
     with pytest.raises(ValueError, match="empty observation"):
-        build("sampler", "multi_turn", env="scripted_test", env_params={"obs": ""}).sample(
+        build("sampler", "multi_turn", env="scripted_test", cf_samples=0, env_params={"obs": ""}).sample(
             policy, _problems(1), 1, _ctx(tok))
     with pytest.raises(RegistryError, match="unknown environment 'nope'"):
-        build("sampler", "multi_turn", env="nope").sample(policy, _problems(1), 1, _ctx(tok))
+        build("sampler", "multi_turn", env="nope", cf_samples=0).sample(policy, _problems(1), 1, _ctx(tok))
     with pytest.raises(RegistryError, match=r"unknown parameter\(s\) \['bogus'\]"):
         build_env("scripted_test", bogus=1)
     with pytest.raises(ValueError, match="reward must be one of"):
-        build("sampler", "multi_turn", reward="mean")
+        build("sampler", "multi_turn", cf_samples=0, reward="mean")

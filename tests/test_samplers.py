@@ -236,7 +236,7 @@ def test_bad_sampler_setups_are_clear_errors(tmp_path, tok, policy):
     with pytest.raises(ValueError, match="needs the trainer's frozen reference"):
         build("sampler", "anchor").sample(policy, _problems(1), 4, _ctx(tok))
     with pytest.raises(ValueError, match="must contain \\{prompt\\}"):
-        build("sampler", "hint", placement="prompt")
+        build("sampler", "hint", guide_ratio=0.5, placement="prompt")
     with pytest.raises(ValueError, match="prefix_len_range"):
         build("sampler", "prefix", prefix_len_range=[0.6, 0.2])
 

@@ -44,8 +44,11 @@ def bad_heads(model, num_heads: int, scale: float = 4.0, seed: int = 5) -> Draft
     return heads
 
 
+REFLEX = {"reflex_eta": 0.5, "reflex_eps": 2.0}  # required with reflex (METHODS §2.11); the preset's values
+
+
 def spec_engine(model, heads: DraftHeads | None = None, **params) -> SpecRoll:
-    engine = engine_for(model, {"bootstrap_fit": False, **params})
+    engine = engine_for(model, {"bootstrap_fit": False, **REFLEX, **params})
     engine.heads = heads  # None: fresh heads that echo the policy's next-token guess
     return engine
 
@@ -109,7 +112,7 @@ def test_greedy_equals_plain_decoding(small, heads):
     plain = generate(model, tok, prompts, max_new_tokens=24, do_sample=False)
     spec_engine(model, bad_heads(model, 3) if heads == "bad" else None, num_heads=3)
     spec = generate(model, tok, prompts, max_new_tokens=24, do_sample=False, engine="specroll",
-                    engine_params={"bootstrap_fit": False, "num_heads": 3})
+                    engine_params={"bootstrap_fit": False, **REFLEX, "num_heads": 3})
     assert torch.equal(spec.completion_ids, plain.completion_ids)
     assert torch.equal(spec.completion_mask, plain.completion_mask)
     assert torch.allclose(spec.logprobs, plain.logprobs, atol=1e-5)
@@ -170,7 +173,7 @@ def test_logprobs_follow_the_plain_convention(small):
     model, tok = small
     spec_engine(model, None, num_heads=3)
     gen = generate(model, tok, PROMPTS * 4, max_new_tokens=20, temperature=0.8, top_k=6, seed=3, engine="specroll",
-                   engine_params={"bootstrap_fit": False, "num_heads": 3})
+                   engine_params={"bootstrap_fit": False, **REFLEX, "num_heads": 3})
     ref, _ = sequence_logprobs(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids, gen.completion_mask,
                                temperature=0.8)
     m = gen.completion_mask
@@ -184,7 +187,7 @@ def test_logprobs_follow_the_plain_convention(small):
 def test_slow_path_refits_after_sustained_low_acceptance(monkeypatch):
     # slow_tau = .6, slow_windows = 2, EMA decay .5. Window rates: .8 (reference, ema .8),
     # .3 → ema .55 ≥ .48 (= .6 × .8): not low; .3 → ema .425 < .48: low 1; .3 → ema .3625: low 2 → refit.
-    engine = SpecRoll(SpecRollConfig(bootstrap_fit=False, slow_tau=0.6, slow_windows=2, slow_ema=0.5))
+    engine = SpecRoll(SpecRollConfig(bootstrap_fit=False, **REFLEX, slow_tau=0.6, slow_windows=2, slow_ema=0.5))
     calls = []
     monkeypatch.setattr(engine, "refit", lambda model: calls.append(1) or 0.0)
     refits = []
@@ -198,9 +201,9 @@ def test_slow_path_refits_after_sustained_low_acceptance(monkeypatch):
 
 def test_engine_persists_per_policy(small):
     model, _ = small
-    a = engine_for(model, {"num_heads": 2})
-    assert engine_for(model, {"num_heads": 2}) is a  # kept across calls (RL steps)
-    assert engine_for(model, {"num_heads": 3}) is not a  # new options: a new engine
+    a = engine_for(model, {**REFLEX, "num_heads": 2})
+    assert engine_for(model, {**REFLEX, "num_heads": 2}) is a  # kept across calls (RL steps)
+    assert engine_for(model, {**REFLEX, "num_heads": 3}) is not a  # new options: a new engine
 
 
 def test_fit_heads_learns_future_tokens(small):

@@ -13,9 +13,10 @@ from tests.e2e.tiny import tiny_config
 
 
 def test_trainer_logs_specroll_metrics_and_keeps_heads(tmp_path):
-    params = {"num_heads": 2, "fit_steps": 5}
+    params = {"num_heads": 2, "fit_steps": 5, "reflex_eta": 0.5, "reflex_eps": 2.0}
     cfg = tiny_config(str(tmp_path), ["rollout.engine=specroll", "run.steps=2",
-                                      "rollout.engine_params.num_heads=2", "rollout.engine_params.fit_steps=5"])
+                                      "rollout.engine_params.num_heads=2", "rollout.engine_params.fit_steps=5",
+                                      "rollout.engine_params.reflex_eta=0.5", "rollout.engine_params.reflex_eps=2.0"])
     assert cfg.rollout.engine_params == params
     trainer = Trainer(cfg)
     trainer.train()

@@ -120,7 +120,8 @@ class LURETrainer(Trainer):
                 raise ValueError(f"lure: environment '{name}' has no difficulty axis (not a LureEnvironment)")
         self.proposer = build("sampler", "plain")
         self.pursuers = {n: build("sampler", "multi_turn", env=n, env_params=dict(lure.env_params.get(n, {})),
-                                  max_turns=lure.max_turns, turn_tokens=lure.turn_tokens) for n in lure.envs}
+                                  max_turns=lure.max_turns, turn_tokens=lure.turn_tokens,
+                                  cf_samples=0) for n in lure.envs}
         self.evader_advantage = build("advantage", "grpo", ddof=lure.ddof, eps=lure.eps)
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:

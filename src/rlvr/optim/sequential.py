@@ -61,9 +61,12 @@ class SequentialTrainer:
 
 @dataclass(frozen=True)
 class GRPOThenESConfig(ESConfig):
-    grpo_steps: int = param(100, "gradient (GRPO) steps S₁ before ES takes over; ES runs the rest of run.steps")
+    grpo_steps: int | None = param(None, "gradient (GRPO) steps S₁ before ES takes over (required, METHODS "
+                                         "§2.5); ES runs the rest of run.steps")
 
     def __post_init__(self) -> None:
+        if self.grpo_steps is None:
+            raise ValueError("grpo_then_es: grpo_steps (S₁) is required: the gradient steps before ES takes over")
         super().__post_init__()
         if self.grpo_steps < 1:
             raise ValueError(f"grpo_then_es: grpo_steps must be >= 1, got {self.grpo_steps}")

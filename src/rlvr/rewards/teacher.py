@@ -121,12 +121,16 @@ class LLMTeacherConfig:
     max_workers: int = param(8, "http: requests in flight at once")
     step_separator: str = param("\n\n", "splits a completion into steps (METHODS §2.3 default '\\n\\n'; "
                                         "the testbed's tasks use ';')")
-    sees_gt: bool = param(False, "RECONSTRUCTION (METHODS: required switch): show the teacher the reference "
-                                 "answer (problem.answer); default False = judge the steps alone")
+    sees_gt: bool | None = param(None, "RECONSTRUCTION (METHODS §2.3: teacher_sees_gt, required, no default): "
+                                        "true = show the teacher the reference answer (problem.answer); "
+                                        "false = judge the steps alone")
     prompt_template: str = param(DEFAULT_TEMPLATE, "the teacher prompt; fields {problem}, {steps} "
                                                    "('Step k: ...' lines, 1-based) and {reference}")
 
     def __post_init__(self) -> None:
+        if self.sees_gt is None:
+            raise ValueError("teacher 'llm': sees_gt is required (METHODS §2.3 teacher_sees_gt): true shows the "
+                             "teacher the reference answer, false judges the steps alone")
         if self.backend not in BACKENDS:
             raise ValueError(f"teacher 'llm': backend must be one of {BACKENDS}, got '{self.backend}'")
         if self.backend == "http" and not self.model:

@@ -69,8 +69,10 @@ class SpecRollConfig:
     draft_temperature: float = param(1.0, "drafts are sampled from softmax(head logits / (this × T)); any value "
                                           "keeps exactness, it only moves the acceptance rate")
     reflex: bool = param(True, "fast path: trajectory-local hidden-state corrections (Reflex)")
-    reflex_eta: float = param(0.5, "eta: step of a Reflex correction per rejection (RECONSTRUCTION default)")
-    reflex_eps: float = param(2.0, "epsilon: bound on the norm of a trajectory's correction delta")
+    reflex_eta: float | None = param(None, "eta: step of a Reflex correction per rejection (required with "
+                                           "reflex, METHODS §2.11)")
+    reflex_eps: float | None = param(None, "epsilon: bound on the norm of a trajectory's correction delta "
+                                           "(required with reflex)")
     slow_tau: float = param(0.6, "slow path: refit when the acceptance EMA is below this × the reference acceptance")
     slow_windows: int = param(3, "slow path: consecutive low windows (generate calls) before a refit")
     slow_ema: float = param(0.5, "slow path: EMA decay of the per-window acceptance")
@@ -84,7 +86,10 @@ class SpecRollConfig:
     def __post_init__(self) -> None:
         if self.num_heads < 1 or self.slow_windows < 1 or self.buffer_rows < 1 or self.fit_steps < 0:
             raise ValueError("specroll: num_heads, slow_windows and buffer_rows must be >= 1, fit_steps >= 0")
-        if self.reflex_eps < 0 or self.reflex_eta < 0 or self.draft_temperature <= 0:
+        if self.reflex and (self.reflex_eta is None or self.reflex_eps is None):
+            raise ValueError("specroll: reflex_eta and reflex_eps are required with reflex: true (METHODS §2.11); "
+                             "or set reflex: false")
+        if (self.reflex_eps or 0) < 0 or (self.reflex_eta or 0) < 0 or self.draft_temperature <= 0:
             raise ValueError("specroll: reflex_eta and reflex_eps must be >= 0, draft_temperature > 0")
         if not 0.0 <= self.slow_ema < 1.0 or self.slow_tau < 0:
             raise ValueError(f"specroll: need 0 <= slow_ema < 1 and slow_tau >= 0, got {self.slow_ema}, "

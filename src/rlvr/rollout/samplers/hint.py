@@ -23,8 +23,8 @@ HINT_IN_TARGET = ("drop", "masked")
 class HintConfig:
     guide_when: str = param("all_zero_groups", "which groups get guided rows: 'all_zero_groups' (a first plain "
                                                "group scored all zero, as in Guide) or 'fixed_ratio' (every group)")
-    guide_ratio: float = param(0.5, "fraction of a guided group's G rows generated with the hint "
-                                    "(round(ratio*G)); 0 = the plain sampler exactly")
+    guide_ratio: float | None = param(None, "fraction of a guided group's G rows generated with the hint "
+                                            "(round(ratio*G); required, METHODS §2.19); 0 = the plain sampler exactly")
     hint_len_range: tuple = param((0.3, 0.7), "the hint is the first lambda ~ U[low, high] of the problem's "
                                               "solution text, cut back to a step boundary (RECONSTRUCTION)")
     step_separators: tuple = param((";", "\n"), "strings that end a solution step")
@@ -41,6 +41,9 @@ class HintConfig:
                                    ("hint_in_target", self.hint_in_target, HINT_IN_TARGET)):
             if value not in valid:
                 raise ValueError(f"hint: unknown {name} '{value}'; valid: {', '.join(valid)}")
+        if self.guide_ratio is None:
+            raise ValueError("hint: guide_ratio is required (the share of a guided group's rows generated with "
+                             "the hint; 0 = the plain sampler)")
         if not 0.0 <= self.guide_ratio <= 1.0:
             raise ValueError(f"hint: guide_ratio must be in [0, 1], got {self.guide_ratio}")
         object.__setattr__(self, "hint_len_range", check_range("hint_len_range", self.hint_len_range, "hint"))

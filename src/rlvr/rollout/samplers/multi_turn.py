@@ -34,16 +34,22 @@ class MultiTurnConfig:
                           "problem, each continued by G/P episodes; rows get meta['plan_ids']")
     planner_roles: tuple = param(("planner",), "environment roles whose turns are planner tokens "
                                                "(meta['role_mask'] True), stored when a role is not 'policy'")
-    cf_samples: int = param(0, "TCPO's M: alternatives re-sampled from the same history for each selected "
-                               "turn (counterfactual baseline); 0 = none")
+    cf_samples: int | None = param(None, "TCPO's M (required, METHODS §2.16): alternatives re-sampled from the "
+                                         "same history for each selected turn (counterfactual baseline); 0 = none")
     cf_selector: str = param("surprisal_top_q", "which turns get counterfactuals: 'surprisal_top_q' (top q "
                                                 "of −mean log π over a group's turns) or 'credit_threshold' "
                                                 "(|c^R| > cf_threshold)")
     cf_top_q: float = param(0.2, "fraction of a group's turns re-sampled under 'surprisal_top_q'")
-    cf_threshold: float = param(0.5, "|c^R| above which a turn is re-sampled under 'credit_threshold'")
+    cf_threshold: float | None = param(None, "|c^R| above which a turn is re-sampled under 'credit_threshold' "
+                                             "(required with that selector)")
     initial_score: float = param(0.0, "s_0 for the credit_threshold selector (match tcpo's initial_score)")
 
     def __post_init__(self) -> None:
+        if self.cf_samples is None:
+            raise ValueError("multi_turn: cf_samples (TCPO's M, counterfactuals per selected turn) is required; "
+                             "0 = no counterfactual re-sampling")
+        if self.cf_samples and self.cf_selector == "credit_threshold" and self.cf_threshold is None:
+            raise ValueError("multi_turn: cf_threshold is required with cf_selector 'credit_threshold'")
         for name, value, valid in (("reward", self.reward, REWARDS), ("token_rewards", self.token_rewards, TOKEN_REWARDS),
                                    ("cf_selector", self.cf_selector, CF_SELECTORS)):
             if value not in valid:
