@@ -261,7 +261,7 @@ class HyperESTrainer(LocalTrainer):
                 _, s = self.collector.collect(self.model, self.step)  # same step: same prompts, same seeds
             fitness.append(s["reward/mean"])
             stats.append(s)
-            self.rollouts_spent += int(s["rollout/sampled_rows"])
+            self.rollouts_spent += int(s["rollout/generated_completions"])
         with self.timer("cma"):
             self.search.tell(candidates, fitness)
         self.merge.apply(self.model, self.search.mean)
@@ -302,7 +302,7 @@ def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
         for _ in range(config.direction_steps):
             step_metrics, _ = trainer.train_step()
             rewards.append(step_metrics["reward/mean"])
-            rows += step_metrics["rollout/sampled_rows"]
+            rows += step_metrics["rollout/generated_completions"]
         merged = trainer.policy.merge_and_unload()
         dense.append({n: p.detach().to(theta0[n].device) for n, p in merged.named_parameters()})
         metrics[f"directions/reward_mean_{k}"] = float(np.mean(rewards))

@@ -186,7 +186,7 @@ class ProgressiveTrainer(LocalTrainer):
             for _ in range(c.rl_steps):
                 m, _ = trainer.train_step()
                 rewards.append(m["reward/mean"])
-                self.rollouts_spent += int(m["rollout/sampled_rows"])
+                self.rollouts_spent += int(m["rollout/generated_completions"])
             self.teacher = trainer.policy
             metrics = {"teacher/reward_mean": float(np.mean(rewards)), "teacher/reward_last": rewards[-1]}
         self.teacher.to(next(self.model.parameters()).device).eval()  # the gradient Trainer may have moved it
@@ -219,7 +219,7 @@ class ProgressiveTrainer(LocalTrainer):
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip or float("inf"))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        self.rollouts_spent += int(metrics["rollout/sampled_rows"])
+        self.rollouts_spent += int(metrics["rollout/generated_completions"])
         vec = adapter_vector(self.adapter)
         metrics.update({"loss/total": loss.item(), "distill/reverse_kl": kl.item(),
                         "optim/grad_norm": grad_norm.item(), "adapter/abs_mean": vec.abs().mean().item()})

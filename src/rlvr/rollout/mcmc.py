@@ -107,9 +107,11 @@ class PolicyPrefixes:
     (left-padded (C, P) ids with their bool mask), sampling with no top-k / top-p filter so the
     proposal is exactly the temperature-scaled model."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, ctx_ids: Tensor, ctx_mask: Tensor) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, ctx_ids: Tensor, ctx_mask: Tensor,
+                 spent: Any = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.ctx_ids, self.ctx_mask = ctx_ids.cpu(), ctx_mask.cpu()
+        self.spent = spent  # a GenerationCount that every draw and proposal is added to (the rollout budget)
 
     def extend(self, chains: Sequence[int], prefixes: Sequence[Sequence[int]], max_tokens: Sequence[int],
                temperature: float, seed: int) -> list[list[int]]:
@@ -119,6 +121,8 @@ class PolicyPrefixes:
         ids, mask = extend_contexts(self.ctx_ids[rows], self.ctx_mask[rows], prefixes, self.tokenizer.pad_token_id)
         gen = generate_ids(self.model, self.tokenizer, ids, mask, max_new_tokens=max(max_tokens),
                            temperature=temperature, top_p=1.0, top_k=0, do_sample=True, seed=seed)
+        if self.spent is not None:
+            self.spent.add(gen)
         ids_out, real = gen.completion_ids.cpu(), gen.completion_mask.cpu()
         return [ids_out[r][real[r]].tolist()[:m] for r, m in enumerate(max_tokens)]
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from rlvr.batching import concat_rollouts
-from rlvr.rollout.samplers import SampleContext
+from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.tasks import verify_all
 from rlvr.types import BatchError, Problem, Rollouts
 
@@ -38,13 +38,17 @@ class Collector:
         self._looked: dict[tuple[int, str], Any] = {}  # (id(problem), text) -> Score a sampler asked for this round
 
     def collect(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
-        parts, kept, stats = [], 0, {"rollout/rounds": 0.0, "rollout/sampled_rows": 0.0}
+        parts, kept = [], 0
+        stats = {"rollout/rounds": 0.0, "rollout/sampled_rows": 0.0, "rollout/generated_completions": 0.0,
+                 "rollout/generated_tokens": 0.0}
         first_shaped = None
         for round_ in range(1 + self.cfg.refill_rounds):
             batch, shaped, raw = self._one_round(model, step, round_)
             first_shaped = shaped if first_shaped is None else first_shaped
             stats["rollout/rounds"] += 1
             stats["rollout/sampled_rows"] += raw.num_rows
+            stats["rollout/generated_completions"] += raw.meta["generated"]["completions"]
+            stats["rollout/generated_tokens"] += raw.meta["generated"]["tokens"]
             if round_ == 0:
                 stats.update(_reward_stats(raw))
                 stats.update(raw.meta.get("sampler_metrics", {}))
@@ -86,8 +90,12 @@ class Collector:
                             group_offset=round_ * 100_000 + self.rank * 10_000, reference=self.reference,
                             verify=self._correctness)
         self._looked = {}
-        batch = self.sampler.sample(model, problems, self.cfg.group_size, ctx)
-        return batch.to(next(model.parameters()).device)
+        batch = self.sampler.sample(model, problems, self.cfg.group_size, ctx).to(next(model.parameters()).device)
+        spent = ctx.spent
+        if not spent.completions:  # a sampler that reports nothing: count what it returned
+            spent = GenerationCount(batch.num_rows, int(batch.attention.sum()))
+        batch.meta["generated"] = {"completions": spent.completions, "tokens": spent.tokens}
+        return batch
 
     def _correctness(self, problems: list[Problem], texts: list[str]) -> list[float]:
         """The verifier's reward per (problem, completion), for samplers that look before they guide;

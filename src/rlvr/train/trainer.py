@@ -96,8 +96,8 @@ class Trainer:
                 last = latest_checkpoint(self.run_dir)
                 raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
                                          f"checkpoint: {last or 'none'}") from err
-            stop = end_step(self, metrics, round(metrics["rollout/sampled_rows"] * self.acc.num_processes), start,
-                            eval_fn, logger)
+            stop = end_step(self, metrics, round(metrics["rollout/generated_completions"] * self.acc.num_processes),
+                            start, eval_fn, logger)
             logger.samples(self.step, _samples(batch, self.cfg.run.log_samples, self.tokenizer))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", loss=f"{metrics['loss/total']:.4f}")
             bar.update(1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
 import torch
@@ -31,6 +31,22 @@ Verify = Callable[[list[Problem], list[str]], list[float]]  # correctness reward
 
 
 @dataclass
+class GenerationCount:
+    """Everything a sampler generated in one call, kept in the batch or not (the rollout budget's
+    unit): ``completions`` sampled sequences — discarded plain rows, hinted or prefixed rows, a weak
+    model's drafts, counterfactual alternatives, MCMC proposals — and ``tokens`` generated in them."""
+
+    completions: int = 0
+    tokens: int = 0
+
+    def add(self, gen: Generation, rows: bool = True) -> None:
+        """Count one engine call: its tokens, and its rows as completions unless ``rows`` is False
+        (the later turns of a multi-turn episode continue a completion already counted)."""
+        self.completions += int(gen.completion_ids.shape[0]) if rows else 0
+        self.tokens += int(gen.completion_mask.sum())
+
+
+@dataclass
 class SampleContext:
     """What the collector hands a sampler for one call."""
 
@@ -40,11 +56,13 @@ class SampleContext:
     group_offset: int = 0  # added to the group index b of each problem (ranks and rounds stay distinct)
     reference: torch.nn.Module | None = None  # frozen reference policy, for samplers that need one
     verify: Verify | None = None  # the task's verifier, for samplers that decide after a first look
+    spent: GenerationCount = field(default_factory=GenerationCount)  # samplers add every engine call here
 
 
 class Sampler(Plugin, ABC):
     """Samples ``group_size`` completions for each problem; rows of problem b get group id
-    ``ctx.group_offset + b``."""
+    ``ctx.group_offset + b``. Every engine call is added to ``ctx.spent`` (``sample_plain`` does it),
+    kept rows or not, so the rollout budget counts all generation."""
 
     needs_reference: ClassVar[bool] = False  # the trainer keeps a frozen reference copy for it
     needs_verifier: ClassVar[bool] = False
@@ -64,9 +82,11 @@ def sample_plain(model: torch.nn.Module, rows: list[Problem], ctx: SampleContext
     (``keep_hidden``: also the output layer's inputs, ``Generation.hidden``)."""
     r = ctx.rollout
     prompts = [render_prompt(ctx.tokenizer, p) for p in rows]
-    return generate(model, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                    top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed, keep_hidden=keep_hidden,
-                    **engine_kwargs(r))
+    gen = generate(model, ctx.tokenizer, prompts, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                   top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed, keep_hidden=keep_hidden,
+                   **engine_kwargs(r))
+    ctx.spent.add(gen)
+    return gen
 
 
 def engine_kwargs(rollout: Any) -> dict[str, Any]:

@@ -80,8 +80,9 @@ class HiTTRLSampler(Sampler):
     RECONSTRUCTION: the hint length (``hint_fraction`` of the partial rows' mean length), one chain
     per replaced row, ĉ read with ``extract_answer`` (``extract``/``marker``), and the full plain
     group being drawn first (so an in-band group is the plain sampler's, token for token). The G − m
-    discarded plain rows of an out-of-band group and the chains' proposals are extra generation that
-    ``rollout/sampled_rows`` does not count (it counts the G rows kept per group).
+    discarded plain rows of an out-of-band group, the chains' initial draws and proposals are extra
+    generation: ``ctx.spent`` counts them (``rollout/generated_completions``, the rollout budget), while
+    ``rollout/sampled_rows`` counts the G rows kept per group.
 
     Differs from the plain sampler:
       * out-of-band groups get G − m rows continued from power-sampled hints (origin HINT, masked);
@@ -162,7 +163,7 @@ class HiTTRLSampler(Sampler):
         for k, alpha in enumerate(sorted(set(alphas))):
             sel = [i for i, a in enumerate(alphas) if a == alpha]
             index = torch.tensor(sel, dtype=torch.long)
-            chains = PolicyPrefixes(policy, tok, ctx_ids[index], ctx_mask[index])
+            chains = PolicyPrefixes(policy, tok, ctx_ids[index], ctx_mask[index], spent=ctx.spent)
             result = power_mh(chains, [ells[i] for i in sel], alpha, self.config.mh_steps,
                               seed=ctx.seed + 104_729 * (k + 1), temperature=ctx.rollout.temperature)
             proposed, accepted = proposed + result.proposed, accepted + result.accepted
@@ -180,6 +181,7 @@ class HiTTRLSampler(Sampler):
         ctx_ids, ctx_mask = extend_contexts(base_ids, base_mask, hints, tok.pad_token_id)
         gen = generate_ids(policy, tok, ctx_ids, ctx_mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                            top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919)
+        ctx.spent.add(gen)
         mode = "masked" if self.config.hint_is_correction == "none" else "drop"
         has_hint = torch.tensor([bool(h) for h in hints])  # (N_h,)
         return hinted_rollouts(policy, tok, rows, group_ids, (base_ids, base_mask), (ctx_ids, ctx_mask), hints,

@@ -150,6 +150,7 @@ class HintSampler(Sampler):
             ctx_ids, ctx_mask = extend_contexts(base_ids, base_mask, hint_ids, tok.pad_token_id)
         gen = generate_ids(policy, tok, ctx_ids, ctx_mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                            top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919, **engine_kwargs(r))
+        ctx.spent.add(gen)
         has_hint = torch.tensor([bool(h) for h in hints])  # (N_g,) a prompt-side hint has no hint tokens
         return hinted_rollouts(policy, tok, rows, group_ids, (base_ids, base_mask), (ctx_ids, ctx_mask), hint_ids,
                                has_hint, gen, cfg.hint_in_target, r.temperature)

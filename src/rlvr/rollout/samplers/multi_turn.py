@@ -133,10 +133,12 @@ class MultiTurnSampler(Sampler):
             if not active:
                 break
             gen = self._generate(policy, [e.prompt + e.ids for e in active], ctx, ctx.seed + 7_919 * turn)
+            ctx.spent.add(gen, rows=False)  # turns continue episodes; the episodes are counted below
             for k, e in enumerate(active):
                 self._play(e, gen, k, ctx.tokenizer, last=turn == cfg.max_turns - 1)
         if cfg.plans and cfg.max_turns == 1:  # no second turn to branch at: still G rows
             eps = [c for e in eps for c in self._branch(e, group_size // cfg.plans)]
+        ctx.spent.completions += len(eps)
         baselines = self._counterfactuals(policy, eps, ctx) if cfg.cf_samples else None
         return self._rollouts(eps, baselines, ctx)
 
@@ -214,6 +216,7 @@ class MultiTurnSampler(Sampler):
         m = cfg.cf_samples
         contexts = [eps[i].prompt + eps[i].ids[:eps[i].spans[j][0]] for i, j in jobs for _ in range(m)]
         gen = self._generate(policy, contexts, ctx, ctx.seed + 104_729)
+        ctx.spent.add(gen)  # each alternative is a generated completion the batch does not keep
         for k, (i, j) in enumerate(jobs):
             alt = [self._replay(eps[i], j).step(gen.texts[k * m + r])[1] for r in range(m)]
             out[i][j] = sum(float(s) for s in alt) / m

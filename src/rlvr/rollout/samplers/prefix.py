@@ -85,6 +85,7 @@ class WeakPrefixSampler(Sampler):
                                     tok.pad_token_id)
         gen = generate_ids(policy, tok, ids, mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                            top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919, **engine_kwargs(r))
+        ctx.spent.add(gen)
         comp, real, origin, logp = join_completions(prefixes, Origin.PREFIX, gen, tok.pad_token_id)
         out = Rollouts(problems=rows, prompt_ids=weak_gen.prompt_ids.cpu(), prompt_mask=weak_gen.prompt_mask.cpu(),
                        completion_ids=comp, completion_mask=trained_mask(real, origin),
