@@ -47,7 +47,8 @@ def _same_batch(a, b) -> None:
     assert a.texts == b.texts
 
 
-@pytest.mark.parametrize("name,params", [("prefix", {"prefix_fraction": 0.0}), ("hint", {"guide_ratio": 0.0}),
+@pytest.mark.parametrize("name,params", [("prefix", {"weak_model": "reference", "prefix_fraction": 0.0}),
+                                         ("hint", {"guide_ratio": 0.0}),
                                          ("hint", {"guide_when": "fixed_ratio", "guide_ratio": 0.0}),
                                          ("anchor", {"anchors": 0})])
 def test_guidance_fraction_zero_is_the_plain_sampler(tok, policy, reference, name, params):
@@ -73,7 +74,8 @@ def test_fraction_zero_trains_identically(tmp_path):
         return read_metrics(tmp_path / name), {k: v.clone() for k, v in t.policy.state_dict().items()}
 
     base_rows, base_w = run("plain", [])
-    for name, overrides in [("prefix", ["rollout.sampler.name=prefix", "rollout.sampler.params.prefix_fraction=0"]),
+    for name, overrides in [("prefix", ["rollout.sampler.name=prefix", "rollout.sampler.params.weak_model=reference",
+                                        "rollout.sampler.params.prefix_fraction=0"]),
                             ("anchor", ["rollout.sampler.name=anchor", "rollout.sampler.params.anchors=0"])]:
         rows, w = run(name, overrides)
         assert [r["loss/total"] for r in rows] == [r["loss/total"] for r in base_rows]
@@ -82,7 +84,8 @@ def test_fraction_zero_trains_identically(tmp_path):
 
 
 def test_prefix_rows_record_origin_and_mask_and_cut_at_steps(tok, policy, reference):
-    sampler = build("sampler", "prefix", prefix_fraction=0.5, prefix_len_range=[0.5, 0.9], step_separators=DIGITS)
+    sampler = build("sampler", "prefix", weak_model="reference", prefix_fraction=0.5, prefix_len_range=[0.5, 0.9],
+                    step_separators=DIGITS)
     batch = sampler.sample(policy, _problems(), 4, _ctx(tok, reference=reference))
     assert batch.num_rows == 12 and batch.group_ids.tolist() == [100] * 4 + [101] * 4 + [102] * 4
     origin, real = batch.token_origin, batch.attention
@@ -106,7 +109,8 @@ def test_prefix_rows_record_origin_and_mask_and_cut_at_steps(tok, policy, refere
 def test_prefix_comes_from_the_weak_model(tok, policy, reference):
     """Prefix tokens are the weak model's own sample (same seed) up to the cut."""
     from rlvr.rollout.samplers.base import sample_plain
-    sampler = build("sampler", "prefix", prefix_fraction=1.0, prefix_len_range=[1.0, 1.0], cut_at_step_boundary=False)
+    sampler = build("sampler", "prefix", weak_model="reference", prefix_fraction=1.0, prefix_len_range=[1.0, 1.0],
+                    cut_at_step_boundary=False)
     problems = _problems(2)
     batch = sampler.sample(policy, problems, 2, _ctx(tok, reference=reference))
     weak = sample_plain(reference, [p for p in problems for _ in range(2)], _ctx(tok), 5 + 104_729)
@@ -206,7 +210,8 @@ def test_reference_weights_stay_frozen_while_the_policy_trains(tmp_path):
 
 def test_masked_prefix_and_hint_tokens_get_exactly_zero_gradient(tok, reference):
     model = copy.deepcopy(reference)
-    prefix = build("sampler", "prefix", prefix_fraction=0.5, prefix_len_range=[0.5, 0.9], step_separators=DIGITS)
+    prefix = build("sampler", "prefix", weak_model="reference", prefix_fraction=0.5, prefix_len_range=[0.5, 0.9],
+                    step_separators=DIGITS)
     hint = build("sampler", "hint", guide_when="fixed_ratio", guide_ratio=1.0, hint_in_target="masked")
     for batch in (prefix.sample(model, _problems(), 4, _ctx(tok, reference=reference)),
                   hint.sample(model, _problems(), 2, _ctx(tok))):
@@ -238,7 +243,7 @@ def test_bad_sampler_setups_are_clear_errors(tmp_path, tok, policy):
     with pytest.raises(ValueError, match="must contain \\{prompt\\}"):
         build("sampler", "hint", guide_ratio=0.5, placement="prompt")
     with pytest.raises(ValueError, match="prefix_len_range"):
-        build("sampler", "prefix", prefix_len_range=[0.6, 0.2])
+        build("sampler", "prefix", weak_model="reference", prefix_len_range=[0.6, 0.2])
 
 
 def test_weak_model_from_a_folder(tmp_path, tok, policy, reference):
@@ -248,11 +253,43 @@ def test_weak_model_from_a_folder(tmp_path, tok, policy, reference):
                     prefix_len_range=[1.0, 1.0], cut_at_step_boundary=False)
     assert not sampler.needs_reference
     from_folder = sampler.sample(policy, _problems(2), 2, _ctx(tok))
-    from_reference = build("sampler", "prefix", prefix_fraction=1.0, prefix_len_range=[1.0, 1.0],
-                           cut_at_step_boundary=False).sample(policy, _problems(2), 2, _ctx(tok, reference=reference))
+    from_reference = build("sampler", "prefix", weak_model="reference", prefix_fraction=1.0,
+                           prefix_len_range=[1.0, 1.0], cut_at_step_boundary=False).sample(policy, _problems(2), 2, _ctx(tok, reference=reference))
     _same_batch(from_folder, from_reference)  # the same weights give the same prefixes and continuations
     other = build_char_tokenizer("abc;")
     other.save_pretrained(tmp_path / "other")
     reference.save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="different tokenizer"):
         build("sampler", "prefix", weak_model=str(tmp_path / "other")).sample(policy, _problems(1), 2, _ctx(tok))
+
+
+def test_weak_model_is_required_and_named():
+    with pytest.raises(ValueError, match="weak_model is required"):
+        build("sampler", "prefix")
+    with pytest.raises(ValueError, match="fraction 0 <= F < 1"):
+        build("sampler", "prefix", weak_model="warm_start:1.5")
+
+
+def test_warm_start_weak_model_is_an_earlier_point_of_the_policys_warm_start(tmp_path):
+    # weak_model 'warm_start:0.25' with warm_start.steps = 8: the weak model is the run's model after
+    # 2 of the same 8 supervised steps, written into the run and reloaded on resume.
+    from rlvr.train.run import warm_start_model
+    from rlvr.train.config import replace
+    overrides = ["rollout.sampler={name: prefix, weak_model: 'warm_start:0.25', prefix_fraction: 0.5}",
+                 "warm_start.steps=8", "warm_start.batch_size=8"]
+    cfg = tiny_config(tmp_path, overrides)
+    trainer = Trainer(cfg)
+    after_weak = torch.get_rng_state()
+    Trainer(tiny_config(tmp_path / "ref", [*overrides, "rollout.sampler.weak_model=reference"]))
+    assert torch.equal(after_weak, torch.get_rng_state())  # building the weak model left the RNG alone
+    weak = trainer.parts["sampler"]._weak
+    assert (tmp_path / "weak_model" / "config.json").exists()
+    short, _, info = warm_start_model(replace(cfg, warm_start={"steps": 2}))
+    full, _, _ = warm_start_model(cfg)
+    assert info["warm_start_steps"] == 2
+    weak_w, short_w, full_w = weak.state_dict(), short.state_dict(), full.state_dict()
+    assert all(torch.equal(weak_w[k], short_w[k]) for k in weak_w)
+    assert any(not torch.equal(weak_w[k], full_w[k]) for k in weak_w)
+    assert not any(p.requires_grad for p in weak.parameters())
+    again = Trainer(cfg).parts["sampler"]._weak  # a second start reads <run>/weak_model
+    assert all(torch.equal(again.state_dict()[k], weak_w[k]) for k in weak_w)

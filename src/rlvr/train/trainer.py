@@ -72,6 +72,7 @@ class Trainer:
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
             sampler=self.parts["sampler"], reference=self.ref_model)
+        self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
         self.seconds_spent = 0.0  # RL wall-clock so far, across resumes (the time budget)

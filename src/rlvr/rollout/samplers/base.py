@@ -73,6 +73,10 @@ class Sampler(Plugin, ABC):
                ctx: SampleContext) -> Rollouts:
         """The batch of ``len(problems) * group_size`` rows, every token's origin recorded."""
 
+    def prepare(self, cfg: Any, tokenizer: Any, run_dir: Any, is_main: bool = True) -> None:
+        """Build, once before training, what the sampler needs from the run's config (e.g. a weak
+        model); ``is_main``: this process writes shared files. Default: nothing."""
+
 
 # --- building blocks ----------------------------------------------------------------------------
 

@@ -15,10 +15,27 @@ from rlvr.rollout.samplers.base import (SampleContext, Sampler, check_range, cut
 from rlvr.types import Origin, Problem, Rollouts
 
 
+WARM_START = "warm_start:"
+
+
+def weak_fraction(spec: str) -> float:
+    """F of a ``'warm_start:F'`` weak-model spec, checked to lie in [0, 1)."""
+    try:
+        f = float(spec[len(WARM_START):])
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f < 1.0:
+        raise ValueError(f"prefix: weak_model '{spec}' needs a fraction 0 <= F < 1 of the policy's warm start")
+    return f
+
+
 @dataclass(frozen=True)
 class PrefixConfig:
-    weak_model: str = param("reference", "who writes the prefixes: 'reference' (the frozen starting policy, "
-                                         "an earlier checkpoint of this run) or a model folder")
+    weak_model: str | None = param(None, "who writes the prefixes (required, METHODS §2.4): a model folder; "
+                                         "'warm_start:F' (the run's model after the first F·warm_start.steps "
+                                         "supervised steps of the policy's own warm start, 0 <= F < 1, built once "
+                                         "and written to <run>/weak_model); or 'reference' (the frozen starting "
+                                         "policy itself, not weaker at step 0)")
     prefix_fraction: float = param(0.5, "fraction rho of each group that continues a weak-model prefix "
                                         "(round(rho*G) rows); 0 = the plain sampler exactly")
     prefix_len_range: tuple = param((0.1, 0.5), "lambda ~ U[low, high]: the prefix keeps floor(lambda*|y_weak|) "
@@ -34,7 +51,10 @@ class PrefixConfig:
         object.__setattr__(self, "prefix_len_range", check_range("prefix_len_range", self.prefix_len_range, "prefix"))
         object.__setattr__(self, "step_separators", tuple(self.step_separators))
         if not self.weak_model:
-            raise ValueError("prefix: weak_model is required ('reference' or a model folder)")
+            raise ValueError("prefix: weak_model is required (METHODS §2.4): a model folder, 'warm_start:F' "
+                             "(a shorter warm start of the run's model) or 'reference'")
+        if self.weak_model.startswith(WARM_START):
+            weak_fraction(self.weak_model)  # fails on a bad fraction
         if self.weak_temperature <= 0:
             raise ValueError(f"prefix: weak_temperature must be > 0, got {self.weak_temperature}")
 
@@ -71,6 +91,32 @@ class WeakPrefixSampler(Sampler):
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
         return self.config.weak_model == "reference"
+
+    def prepare(self, cfg: Any, tokenizer: Any, run_dir: Any, is_main: bool = True) -> None:
+        """For ``weak_model: 'warm_start:F'``: the weak model is the run's model after the first
+        round(F·warm_start.steps) steps of the same supervised warm start (same initialisation, data
+        stream and schedule), i.e. an earlier point of the policy's own warm start. Built once (the
+        global RNG untouched) and written to ``<run_dir>/weak_model``; a resumed run loads it."""
+        spec = self.config.weak_model
+        if not spec.startswith(WARM_START):
+            return
+        if cfg.model.path:
+            raise ValueError(f"prefix: weak_model '{spec}' needs the testbed's warm-started model; with "
+                             "model.path set, point weak_model at a model folder")
+        from pathlib import Path
+
+        folder = Path(run_dir) / "weak_model"
+        if (folder / "config.json").exists():
+            self._weak = _load_weak(str(folder), tokenizer)
+            return
+        from rlvr.train.config import replace
+        from rlvr.train.run import warm_start_model  # lazy: the trainer imports the samplers
+        steps = round(weak_fraction(spec) * cfg.warm_start.steps)
+        with torch.random.fork_rng(devices=[]):
+            model, _, _ = warm_start_model(replace(cfg, warm_start={"steps": steps, "target_accuracy": 0.0}))
+        if is_main:
+            model.save_pretrained(folder)
+        self._weak = _frozen(model)
 
     def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,
                ctx: SampleContext) -> Rollouts:
@@ -138,14 +184,19 @@ def _eos_ids(tokenizer: Any) -> list[int]:
     return [] if tokenizer.eos_token_id is None else [int(tokenizer.eos_token_id)]
 
 
+def _frozen(model: torch.nn.Module) -> torch.nn.Module:
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
 def _load_weak(path: str, tokenizer: Any) -> torch.nn.Module:
     """A frozen weak model from a folder; its tokenizer must be the policy's (prefix ids are reused)."""
     from pathlib import Path
 
     from rlvr.models import load_model, load_tokenizer
-    model = load_model(path).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model = _frozen(load_model(path))
     if any(Path(path).glob("tokenizer*.json")):
         if load_tokenizer(path).get_vocab() != tokenizer.get_vocab():
             raise ValueError(f"prefix: the weak model at {path} uses a different tokenizer than the policy; "
