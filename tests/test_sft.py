@@ -30,6 +30,26 @@ def test_demonstration_batch_labels_completion_only(tok):
     assert int(mask[1].sum()) == ids.shape[1]  # the longer row fills the width
 
 
+def test_demonstration_suffix_teaches_a_stated_confidence(tok):
+    # C3RL's format: every demonstration gets " conf: c", c uniform in 0.1..0.9 per row (seeded), and
+    # the completion labels cover it; parse_confidence reads c back and the verdict ignores it.
+    import random
+    from rlvr.rewards.answer import parse_confidence
+    task = build("task", "arithmetic")
+    probs = [Problem("9*3=", "27", "9*3=27;#27")] * 40
+    b = demonstration_batch(tok, task, probs, " conf: {confidence}", random.Random(3))
+    texts = [tok.decode([t for t in row.tolist() if t != IGNORE], skip_special_tokens=True) for row in b["labels"]]
+    confs = [parse_confidence(t) for t in texts]
+    assert all(t.startswith("9*3=27;#27 conf: 0.") for t in texts)
+    assert set(confs) <= {k / 10 for k in range(1, 10)} and len(set(confs)) >= 5  # spread, not one value
+    assert all(task.verify(probs[0], t).value == 1.0 for t in texts)
+    again = demonstration_batch(tok, task, probs, " conf: {confidence}", random.Random(3))
+    assert torch.equal(again["input_ids"], b["input_ids"])
+    plain = demonstration_batch(tok, task, probs[:1], " done")
+    assert tok.decode([t for t in plain["labels"][0].tolist() if t != IGNORE], skip_special_tokens=True) == \
+        "9*3=27;#27 done"
+
+
 def test_completion_loss_is_mean_over_completion_tokens(tok):
     model = build_tiny_model(tok, hidden=32, layers=1, heads=2)
     task = build("task", "arithmetic")

@@ -10,6 +10,7 @@ steps then held constant; gradients clipped to ``max_grad_norm``.
 from __future__ import annotations
 
 import math
+import random
 import time
 from typing import Any, Callable
 
@@ -31,13 +32,14 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
                batch_size: int = 64, lr: float = 3e-3, warmup: int = 30, seed: int = 0,
                weight_decay: float = 0.0, max_grad_norm: float = 1.0, schedule: str = "constant",
                progress: bool = True, stop_when: Callable[[int], bool] | None = None, min_steps: int = 0,
-               check_every: int = 50) -> dict[str, Any]:
+               check_every: int = 50, demo_suffix: str = "") -> dict[str, Any]:
     """Train ``model`` in place; returns ``loss`` (mean of the last 10 steps), ``loss_first``,
     ``loss_last``, ``steps`` (taken) and ``seconds``.
 
     With ``stop_when``, ``steps`` is a maximum: after ``min_steps``, every ``check_every`` steps
     ``stop_when(steps_done)`` is asked (e.g. "has validation accuracy reached a target?") and
-    training stops when it says True.
+    training stops when it says True. ``demo_suffix`` is appended to every demonstration (see
+    :func:`demonstration_batch`).
     """
     if steps < 1 or batch_size < 1:
         raise ValueError(f"warm_start: steps and batch_size must be >= 1, got {steps}, {batch_size}")
@@ -50,7 +52,9 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
     bar = tqdm(range(steps), desc="warm start", disable=not progress)
     try:
         for step in bar:
-            batch = demonstration_batch(tokenizer, task, task.demonstration_problems(batch_size, seed * 1_000_003 + step))
+            stream = seed * 1_000_003 + step
+            batch = demonstration_batch(tokenizer, task, task.demonstration_problems(batch_size, stream), demo_suffix,
+                                        random.Random(stream))
             loss = completion_loss(model, **batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -93,10 +97,13 @@ def lr_factor(schedule: str, warmup: int, steps: int) -> Callable[[int], float]:
     return factor
 
 
-def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem]) -> dict[str, Tensor]:
+def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem], suffix: str = "",
+                        rng: random.Random | None = None) -> dict[str, Tensor]:
     """Right-padded ``input_ids`` (B, L), ``attention_mask`` (B, L) and ``labels`` (B, L) with
     IGNORE on prompt and padding: the prompt is tokenized as at generation time, the completion
-    (demonstration + eos) without special tokens."""
+    (demonstration ⊕ ``suffix`` + eos) without special tokens. In ``suffix``, ``{confidence}`` becomes
+    a value drawn from ``rng`` uniformly in {0.1, …, 0.9} per demonstration (C3RL's format)."""
+    rng = rng or random.Random(0)
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("demonstration_batch: the tokenizer has no eos token")
@@ -106,7 +113,8 @@ def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems
         text = render_prompt(tokenizer, p)
         bos = tokenizer.bos_token
         prompt = tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
-        completion = tokenizer(task.demonstration(p), add_special_tokens=False)["input_ids"] + [eos]
+        demo = task.demonstration(p) + suffix.replace("{confidence}", f"{rng.randint(1, 9) / 10:.1f}")
+        completion = tokenizer(demo, add_special_tokens=False)["input_ids"] + [eos]
         seqs.append(prompt + completion)
         labels.append([IGNORE] * len(prompt) + completion)
     width = max(len(s) for s in seqs)

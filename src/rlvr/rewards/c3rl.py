@@ -134,6 +134,7 @@ def _metrics(terms: dict[str, Tensor], correct: Tensor, confidence: Tensor, stat
     out = {"reward/c3rl_mean": terms["total"].mean().item(), "reward/c3rl_correct": correct.float().mean().item(),
            "reward/c3rl_stated_frac": stated.float().mean().item(),
            "reward/c3rl_calibration": terms["calibration"].mean().item(),
+           "reward/c3rl_calibration_std": terms["calibration"].float().std(unbiased=False).item(),
            "reward/c3rl_reference": terms["reference"].mean().item()}
     if stated.any():
         c, y = confidence[stated], correct[stated].float()

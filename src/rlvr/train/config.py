@@ -56,6 +56,9 @@ class WarmStartConfig:
     batch_size: int = param(64, "demonstrations per supervised step")
     lr: float = param(3e-3, "supervised AdamW learning rate")
     warmup: int = param(30, "supervised linear warm-up steps")
+    demo_suffix: str = param("", "text appended to every demonstration; '{confidence}' becomes a value drawn "
+                                 "uniformly from 0.1, 0.2, ..., 0.9 (teaches C3RL's answer + confidence format, "
+                                 "not calibration: RL does that)")
 
 
 @dataclass(frozen=True)

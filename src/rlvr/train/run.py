@@ -28,7 +28,8 @@ def warm_start_model(cfg: Config) -> tuple[torch.nn.Module, Any, dict[str, Any]]
         stop_when = _accuracy_reached(model, tokenizer, task, cfg, info) if ws.target_accuracy > 0 else None
         result = warm_start(model, tokenizer, task, steps=max(ws.max_steps, ws.steps) if stop_when else ws.steps,
                             batch_size=ws.batch_size, lr=ws.lr, warmup=ws.warmup, seed=cfg.run.seed,
-                            stop_when=stop_when, min_steps=ws.steps, check_every=ws.check_every)
+                            stop_when=stop_when, min_steps=ws.steps, check_every=ws.check_every,
+                            demo_suffix=ws.demo_suffix)
         info.update({f"warm_start_{k}": v for k, v in result.items()})
     return model, tokenizer, info
 
