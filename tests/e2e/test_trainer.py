@@ -23,57 +23,11 @@ from rlvr.train.trainer import Trainer
 from rlvr.types import LossOutput
 from rlvr.losses.base import PolicyLoss
 
+from tests.e2e.mechanisms import MECHANISMS, METHOD_METRICS, NOT_IN_CI
 from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
-
-
-# Each method's own diagnostics, which must reach metrics.jsonl when its preset trains.
-METHOD_METRICS = {
-    "fade": ["adv/pos_mass", "adv/neg_mass"],
-    "mmpo": ["adv/moment_weight_mean"],
-    "sa_mrpo": ["adv/saturation_0", "adv/weight_0"],
-    "taco": ["adv/taco_weight_mean", "adv/taco_reweighted_frac"],
-    "answer_mask": ["adv/answer_token_frac", "adv/answer_zeroed_frac"],
-    "dapo": ["rollout/kept_groups", "rollout/rounds"],
-    "gspo": ["loss/clipfrac"],
-    "cliff": ["adv/mistake_frac", "adv/mistake_pos_frac", "timing/teacher"],
-    "d_grpo": ["adv/planner_adv_abs_mean", "adv/num_plans"],
-    "up": ["loss/pos_unclipped_frac", "loss/pos_frac"],
-    "ripo": ["loss/fr_dist_mean", "loss/clipfrac"],
-    "oc_grpo": ["rollout/guided_groups_frac", "loss/offpolicy_frac", "loss/is_weight_mean"],
-    "armor": ["rollout/anchor_rows_frac", "loss/offpolicy_frac", "loss/is_capped_frac"],
-    "outer_prefix": ["rollout/prefix_tokens_mean", "rollout/prefix_empty_frac"],
-    "bpco": ["adv/lambda_clamped", "adv/lambda_mean", "critic/explained_var", "critic/loss", "timing/value",
-             "timing/critic_update"],
-    "bpco_privileged": ["adv/lambda_clamped", "critic/explained_var", "critic/loss", "timing/value",
-                        "timing/critic_update"],
-    "tether": ["adv/tether_w", "adv/tether_mse_v", "adv/tether_var_grp", "critic/explained_var", "timing/critic_update"],
-    "cvpo": ["adv/value_var_mean", "adv/cvpo_factor_mean", "adv/cvpo_factor_clipped", "critic/explained_var",
-             "timing/critic_update"],
-    "gar": ["reward/gar_mean", "reward/gar_cosine", "reward/gar_relative", "reward/gar_passing",
-            "reward/gar_anchor_forwards"],
-    "parallel_shapley": ["reward/shapley_mean", "reward/shapley_outcome", "reward/shapley_phi_abs",
-                         "rollout/paths_per_rollout"],
-    "tcpo": ["adv/turns_mean", "adv/retro_credit_mean", "adv/hindsight_frac", "adv/credit_abs_mean",
-             "rollout/cf_turn_frac", "rollout/turns_mean", "rollout/env_token_frac"],
-    "aigb_dgrpo": ["adv/planner_adv_abs_mean", "adv/num_plans", "adv/executor_adv_abs_mean", "rollout/turns_mean"],
-    "specroll": ["rollout/spec_accept_rate", "rollout/spec_tokens_per_forward"],
-    "kgps": ["select/kgps_update_size", "select/kgps_q", "select/kgps_utility_selected", "select/kgps_var_mean",
-             "select/kgps_seen_frac"],
-    "de_venus": ["select/labelled", "select/label_budget", "select/data_budget", "select/trained_distinct",
-                 "select/pseudo"],
-    "active_selection": ["select/labelled", "select/label_budget", "select/data_budget", "select/trained_distinct"],
-    "ttrl": ["reward/consensus", "reward/answer_entropy", "reward/pseudo_mean", "reward/gold_accuracy"],
-    "om_grpo": ["reward/soft_consensus_mean", "reward/contrast_abs_mean", "reward/contrast_pairs",
-                "reward/answer_entropy", "adv/answer_token_frac"],
-    "hi_ttrl": ["rollout/hi_ttrl_partial_consensus", "rollout/hi_ttrl_hinted_rows_frac", "reward/consensus",
-                "reward/answer_entropy"],
-    "chess_rl": ["reward/legal"],
-    "c3rl": ["reward/c3rl_mean", "reward/c3rl_correct", "reward/c3rl_stated_frac", "reward/c3rl_calibration",
-             "reward/c3rl_reference"],
-}
 
 
 def _gradient_presets() -> list[str]:
@@ -87,8 +41,25 @@ def _gradient_presets() -> list[str]:
     return out
 
 
+def _run_preset(out_dir, preset: str, overrides=(), warm: bool = False) -> tuple[Trainer, list[dict]]:
+    cfg = tiny_config(out_dir, ["run.steps=3", *overrides], path=str(PRESETS / f"{preset}.yaml"))
+    model = tokenizer = None
+    if warm:  # the policy the preset's run would start from (train_run warm-starts it the same way)
+        from rlvr.train.run import warm_start_model
+        model, tokenizer, _ = warm_start_model(cfg)
+    trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
+    trainer.train()
+    return trainer, read_metrics(out_dir)
+
+
+@pytest.fixture(scope="module")
+def grpo_rows(tmp_path_factory):
+    """The plain GRPO preset's 3 steps: step 1 samples the same batch as every plain-sampler preset."""
+    return _run_preset(tmp_path_factory.mktemp("grpo"), "grpo")[1]
+
+
 @pytest.mark.parametrize("preset", _gradient_presets())
-def test_every_preset_runs_and_changes_weights(tmp_path, preset):
+def test_every_preset_runs_and_changes_weights(tmp_path, preset, grpo_rows):
     cfg = tiny_config(tmp_path, ["run.steps=3"], path=str(PRESETS / f"{preset}.yaml"))
     trainer = Trainer(cfg)
     before = weights(trainer.policy)
@@ -103,6 +74,34 @@ def test_every_preset_runs_and_changes_weights(tmp_path, preset):
     if any(r["adv/abs_mean"] > 0 for r in rows):  # with any signal the weights must move
         assert any(not torch.equal(before[k], after[k]) for k in before)
     assert (tmp_path / "config.yaml").exists() and latest_checkpoint(tmp_path) is not None
+    for check in MECHANISMS.get(preset, []):  # the mechanism at work in the plain 3-step run
+        if not check.overrides and not check.xfail:
+            assert check.active(rows, grpo_rows), f"{preset}: {check.what}"
+
+
+def _checks_needing_their_own_run() -> list:
+    out = []
+    for preset, checks in MECHANISMS.items():
+        for i, check in enumerate(checks):
+            if check.overrides or check.xfail:
+                marks = [pytest.mark.xfail(strict=True, reason=check.xfail)] if check.xfail else []
+                out.append(pytest.param(preset, i, marks=marks, id=f"{preset}-{i}"))
+    return out
+
+
+@pytest.mark.parametrize("preset,index", _checks_needing_their_own_run())
+def test_preset_mechanism_fires_with_what_it_needs(tmp_path, preset, index, grpo_rows):
+    # The settings a mechanism needs to fire within 3 tiny steps (a warm start, a second objective, a
+    # larger group, near-greedy sampling for unanimous groups, ...), or a known gap marked xfail.
+    check = MECHANISMS[preset][index]
+    _, rows = _run_preset(tmp_path, preset, check.overrides, check.warm)
+    assert check.active(rows, grpo_rows), f"{preset}: {check.what}"
+
+
+def test_every_preset_has_a_mechanism_check_or_a_reason():
+    presets = set(_gradient_presets())
+    assert presets <= set(MECHANISMS) | set(NOT_IN_CI), sorted(presets - set(MECHANISMS) - set(NOT_IN_CI))
+    assert set(MECHANISMS) <= presets and set(NOT_IN_CI) <= presets
 
 
 @pytest.mark.parametrize("advantage", ["grpo", "fade"])  # fade keeps state across steps (entropy target)

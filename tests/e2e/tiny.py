@@ -15,6 +15,8 @@ from rlvr.types import Problem, Score
 @dataclass(frozen=True)
 class DigitConfig(TaskConfig):
     digit: str = param("7", "the digit a completion must contain")
+    second_digit: str = param("", "when set, a second objective 'second_digit': the completion contains it "
+                                  "(for multi-objective methods)")
 
 
 @register("task", "toy_digit_test")
@@ -35,7 +37,9 @@ class ToyDigit(Task):
                        solution=f"{rng.randint(0, 9)};{rng.randint(0, 9)};{self.config.digit}")
 
     def verify(self, problem: Problem, completion: str) -> Score:
-        return Score(float(self.config.digit in completion), parsed=completion[:4])
+        extra = str(self.config.second_digit)
+        meta = {"objectives": {"second_digit": float(extra in completion)}} if extra else {}
+        return Score(float(self.config.digit in completion), parsed=completion[:4], meta=meta)
 
     def demonstration(self, problem: Problem) -> str:
         return f"{problem.answer}"
