@@ -25,7 +25,7 @@ from rlvr.envs.lure_credit import EVADER_REWARDS, PROGRESS_CREDITS, anchor_due, 
 from rlvr.envs.lure_demos import evader_prompt, parse_level, warm_start
 from rlvr.optim.base import OptimizerPlugin
 from rlvr.registry import build, param, register
-from rlvr.rollout.samplers import SampleContext
+from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.rollout.samplers.base import with_origin
 from rlvr.train.checkpoint import save_weights
 from rlvr.train.collect import step_seed
@@ -159,8 +159,9 @@ class LURETrainer(Trainer):
         evaders = [Problem(prompt=evader_prompt(env), uid=f"lure:evade:{name}", meta={"lure_env": name})
                    for name, env in self.envs.items() for _ in range(lure.evader_states)]
         rollout = dataclasses.replace(self.cfg.rollout, max_new_tokens=lure.evader_tokens)
+        spent = GenerationCount()  # every completion this round generates (the rollout budget)
         evader = self.proposer.sample(model, evaders, lure.evader_group,
-                                      SampleContext(tokenizer=self.tokenizer, rollout=rollout, seed=seed))
+                                      SampleContext(tokenizer=self.tokenizer, rollout=rollout, seed=seed, spent=spent))
         tasks, owner = self._tasks(evader, seed)
         parts, caught_all = [], []
         captures = torch.zeros(evader.num_rows)  # (N_E,) capture rate of each proposal's task
@@ -170,7 +171,7 @@ class LURETrainer(Trainer):
             if not rows:
                 continue
             ctx = SampleContext(tokenizer=self.tokenizer, rollout=self.cfg.rollout, seed=seed + 31 * (k + 1),
-                                group_offset=(k + 1) * 100_000 + rank * 10_000)
+                                group_offset=(k + 1) * 100_000 + rank * 10_000, spent=spent)
             pursuit = self.pursuers[name].sample(model, [tasks[i] for i in rows], lure.captures_per_task, ctx)
             caught = self._pursuer_credit(pursuit, metrics, name)  # (N_P_k,)
             caught_all.append(caught)
@@ -189,6 +190,8 @@ class LURETrainer(Trainer):
         metrics.update({"reward/mean": caught.mean().item() if caught.numel() else 0.0,
                         "lure/capture_rate": caught.mean().item() if caught.numel() else 0.0,
                         "rollout/sampled_rows": float(batch.num_rows),
+                        "rollout/generated_completions": float(spent.completions),
+                        "rollout/generated_tokens": float(spent.tokens),
                         "rollout/response_length": batch.attention.sum(-1).float().mean().item()})
         return batch, metrics
 
