@@ -18,6 +18,9 @@ from pathlib import Path
 from compare_driver import ROOT, compare_spec, metric_curve, read_results, run_compare, seed_mean, write_spec
 
 METHODS = ["grpo", "up", "ripo", "oc_grpo", "armor", "outer_prefix"]
+# A shared warm start hands every run a model folder, from which outer_prefix's "warm_start:F" weak model
+# (a shorter warm start) cannot be rebuilt: the frozen starting policy is named as the weak model instead.
+OVERRIDES = {"outer_prefix": ["rollout.sampler.params.weak_model=reference"]}
 KS = (1, 2, 4, 8, 16)
 
 
@@ -30,7 +33,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/compare/exploration_methods")
     args = ap.parse_args()
     methods = [m for m in args.methods if (ROOT / "configs" / "methods" / f"{m}.yaml").exists()]
-    spec = compare_spec(args.out, {m: {"preset": m} for m in methods}, args.seeds, {"steps": args.steps}, args.jobs,
+    spec = compare_spec(args.out, {m: {"preset": m, "overrides": OVERRIDES.get(m, [])} for m in methods}, args.seeds, {"steps": args.steps}, args.jobs,
                         run={"eval_every": 0, "eval_problems": 200, "eval_k": max(KS), "save_every": 100})
     out_dir = Path(args.out)
     code = run_compare(write_spec(spec, out_dir, "exploration_methods"))
