@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from rlvr.plugin import Plugin
 from rlvr.registry import param, register
 from rlvr.rewards.answer import EXTRACT_MODES, extract_answer, normalise, strip_confidence
-from rlvr.tasks.safe import ISOLATIONS, safe_verify
+from rlvr.tasks.safe import ISOLATIONS, quiet_math_verify, safe_verify
 from rlvr.types import Problem, Score
 
 
@@ -174,6 +174,17 @@ class MathVerifyConfig(VerifierConfig):
                                       "'thread' (cheap; cannot stop a computation stuck in C)")
     extract: str = param("full", "what math-verify reads: full (default; it finds \\boxed{} and final "
                                  "answers itself) | auto | boxed | marker")
+    float_rounding: int = param(6, "math_verify.verify float_rounding: decimal places numbers are rounded to "
+                                   "before comparing (6: 1.0000001 equals 1)")
+    strict: bool = param(True, "math_verify.verify strict: False also accepts a bare value for a gold equation "
+                               "(gold 'x = 1', answer '1') and compares sets more loosely")
+    allow_set_relation_comp: bool = param(False, "math_verify.verify allow_set_relation_comp: a set and an "
+                                                 "inequality describing it are equal ((1,2] vs 1 < x <= 2)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.float_rounding < 0:
+            raise ValueError(f"math_verify: float_rounding must be >= 0, got {self.float_rounding}")
 
 
 @register("verifier", "math_verify")
@@ -192,6 +203,7 @@ class MathVerifyVerifier(Verifier):
         super().__init__(config)
         from math_verify import parse  # imported (and its grammar built) once here, not in every forked child
 
+        quiet_math_verify()  # its limit is off on purpose (module doc); ours is on
         parse("$1$", parsing_timeout=None)
 
     def check(self, problem: Problem, text: str) -> Score:
@@ -205,7 +217,10 @@ class MathVerifyVerifier(Verifier):
         if not gold:
             ok = parsed is not None and normalise(parsed) == normalise(gold_text)
             return Score(1.0 if ok else 0.0, parsed, {"note": "gold answer did not parse; compared as text"})
-        return Score(1.0 if pred and verify(gold, pred, timeout_seconds=None) else 0.0, parsed)
+        cfg = self.config
+        ok = pred and verify(gold, pred, float_rounding=cfg.float_rounding, strict=cfg.strict,
+                             allow_set_relation_comp=cfg.allow_set_relation_comp, timeout_seconds=None)
+        return Score(1.0 if ok else 0.0, parsed)
 
 
 def build_verifier(name: str, **params: Any) -> Verifier:

@@ -114,6 +114,11 @@ class Dataset(Task):
                                problem, completion, self._verifier.config.timeout_s, self._verifier.config.isolation)
         return self._verifier.score(problem, completion)
 
+    def warm_up(self) -> None:
+        """Build the verifier and run it once (a verifier pool worker calls this on loading the task,
+        before its calls' time limits start: math-verify builds its grammar on first use)."""
+        self.verify(Problem("", "0"), "0")
+
     def demonstration(self, problem: Problem) -> str:
         if not problem.solution:
             raise ValueError(f"dataset task: problem {problem.uid} has no solution; add a "

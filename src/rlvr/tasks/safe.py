@@ -6,19 +6,26 @@ loop keeps a core busy until it returns. ``isolation="process"`` forks a child t
 time-out: a hard limit at a few ms per call. Signal-based time limits (``signal.alarm``, used by
 math-verify) only work in the main thread; verifiers that rely on them must check
 ``threading.current_thread() is threading.main_thread()`` (the dataset task does).
+
+``verify_all`` scores a batch in the verifier pool (``rlvr.tasks.pool``) when one is active and
+the task declares ``needs_timeout``: workers in parallel, each call under a hard limit. Inside a
+pool worker the pool is the limit, so ``safe_verify`` calls its function directly there.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing as mp
 import threading
+import warnings
 from typing import Any, Callable
 
 from rlvr.types import Problem, Score
 
 Verifier = Callable[[Problem, str], Score]
 ISOLATIONS = ("thread", "process")
+_IN_WORKER = False  # True inside a verifier pool worker: the pool enforces the limit
 
 
 def safe_verify(fn: Verifier, problem: Problem, completion: str, timeout_s: float | None = 5.0,
@@ -28,35 +35,92 @@ def safe_verify(fn: Verifier, problem: Problem, completion: str, timeout_s: floa
     <= 0) calls ``fn`` directly, still catching errors."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"safe_verify: unknown isolation '{isolation}'; valid: {', '.join(ISOLATIONS)}")
-    if timeout_s is None or timeout_s <= 0:
-        outcome = _call(fn, problem, completion)
+    if timeout_s is None or timeout_s <= 0 or _IN_WORKER:
+        outcome = call(fn, problem, completion)
     elif isolation == "thread":
-        outcome = _in_thread(fn, problem, completion, timeout_s)
+        outcome = guarded(fn, (problem, completion), timeout_s)
     else:
         outcome = _in_process(fn, problem, completion, timeout_s)
     return _as_score(outcome)
 
 
-def verify_all(task: Any, problems: list[Problem], completions: list[str],
-               timeout_s: float | None = 5.0, isolation: str = "thread") -> list[Score]:
+def verify_all(task: Any, problems: list[Problem], completions: list[str], timeout_s: float | None = 5.0,
+               isolation: str = "thread", pool: Any = None) -> list[Score]:
     """Score every (problem, completion) pair with ``task.verify``; a time limit only for tasks
-    that declare ``needs_timeout`` (the synthetic tasks' verifiers are bounded string checks)."""
+    that declare ``needs_timeout`` (the synthetic tasks' verifiers are bounded string checks, and
+    stay in-process: cheaper than a round trip to a worker). Those run in ``pool`` (default: the
+    active pool, if any) when the task can be sent to a worker, else in-process as before."""
     if len(problems) != len(completions):
         raise ValueError(f"verify_all: {len(problems)} problems but {len(completions)} completions")
-    limit = timeout_s if getattr(task, "needs_timeout", True) else None
+    timed = getattr(task, "needs_timeout", True)
+    pool = pool if pool is not None else _active_pool()
+    key = ("task", id(task))
+    if timed and pool is not None and problems and sendable(pool, key, task, f"task '{getattr(task, 'name', task)}'"):
+        calls = [(_verify_op, key, task, (p, c)) for p, c in zip(problems, completions)]
+        return [_as_score(outcome) for outcome in pool.run(calls, timeout_s)]
+    limit = timeout_s if timed else None
     return [safe_verify(task.verify, p, c, limit, isolation) for p, c in zip(problems, completions)]
 
 
-def _call(fn: Verifier, problem: Problem, completion: str) -> tuple[str, Any]:
+def call(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
+    """``("ok", fn(*args))`` or ``("error", reason)`` when it raises."""
     try:
-        return "ok", fn(problem, completion)
+        return "ok", fn(*args)
     except Exception as err:  # noqa: BLE001 - any verifier failure scores 0, with the reason
         return "error", f"{type(err).__name__}: {err}"
 
 
-def _in_thread(fn: Verifier, problem: Problem, completion: str, timeout_s: float) -> tuple[str, Any]:
+def enter_worker() -> None:
+    """Set up a verifier pool worker: the pool is the limit; math-verify's warnings stay quiet."""
+    global _IN_WORKER
+    _IN_WORKER = True
+    quiet_math_verify()
+
+
+class _NoTimeoutWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+def quiet_math_verify() -> None:
+    """Drop math-verify's "Timeout is disabled" warning: rlvr switches its limit off on purpose
+    and enforces its own (thread, fork or pool worker)."""
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoTimeoutWarning) for f in logger.filters):
+            logger.addFilter(_NoTimeoutWarning())
+
+
+def _verify_op(task: Any, problem: Problem, completion: str) -> Score:
+    return task.verify(problem, completion)
+
+
+def _active_pool() -> Any:
+    from rlvr.tasks.pool import active
+
+    return active()
+
+
+def sendable(pool: Any, key: Any, target: Any, what: str) -> bool:
+    """Whether ``target`` (a task, a reward function) can go to the pool's workers; when it cannot,
+    say why once (``what`` names it) and the caller runs it in-process. False inside a worker."""
+    if _IN_WORKER:
+        return False
+    why = pool.unpicklable(key, target)
+    if why is not None and key not in pool.warned:
+        pool.warned.add(key)
+        warnings.warn(f"verifier pool: {what} cannot be sent to a worker process ({why}); running it "
+                      f"in-process", RuntimeWarning, stacklevel=3)
+    return why is None
+
+
+def guarded(fn: Callable[..., Any], args: tuple, timeout_s: float | None) -> tuple[str, Any]:
+    """``call(fn, *args)`` in a daemon thread, waited for at most ``timeout_s`` (None or <= 0: no
+    limit; inside a pool worker, the pool is the limit)."""
+    if timeout_s is None or timeout_s <= 0 or _IN_WORKER:
+        return call(fn, *args)
     box: list[tuple[str, Any]] = []
-    worker = threading.Thread(target=lambda: box.append(_call(fn, problem, completion)), daemon=True)
+    worker = threading.Thread(target=lambda: box.append(call(fn, *args)), daemon=True)
     worker.start()
     worker.join(timeout_s)
     return box[0] if box else ("error", f"timeout after {timeout_s:g} s")
@@ -83,7 +147,7 @@ def _in_process(fn: Verifier, problem: Problem, completion: str, timeout_s: floa
 
 
 def _child(send: Any, fn: Verifier, problem: Problem, completion: str) -> None:
-    status, value = _call(fn, problem, completion)
+    status, value = call(fn, problem, completion)
     try:
         send.send((status, value))
     except Exception as err:  # noqa: BLE001 - an unpicklable result is an error, not a hang

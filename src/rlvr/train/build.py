@@ -70,8 +70,14 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
         raise ConfigError(f"rollout.sampler '{cfg.rollout.sampler.name}' trains tokens from another policy or "
                           f"context, but algorithm.loss '{cfg.algorithm.loss.name}' would treat them as on-policy; "
                           f"use an importance-corrected loss (oc_grpo, armor)")
+    from rlvr.rewards.functions import reward_functions
+    try:
+        functions = reward_functions(algo.rewards)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return {
         "task": task,
+        "reward_functions": functions,
         "teacher": teacher,
         "sampler": sampler,
         "selector": build_plugin("selector", algo.selector),

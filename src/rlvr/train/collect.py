@@ -7,8 +7,10 @@ from typing import Any
 import torch
 
 from rlvr.batching import concat_rollouts
+from rlvr.rewards.functions import score_functions
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.tasks import verify_all
+from rlvr.tasks.pool import active as active_pool
 from rlvr.types import BatchError, Problem, Rollouts
 
 
@@ -22,7 +24,7 @@ class Collector:
 
     def __init__(self, *, task: Any, selector: Any, shapers: list, filters: list, rollout_cfg: Any,
                  tokenizer: Any, seed: int, rank: int, world_size: int, timer: Any, sampler: Any = None,
-                 reference: torch.nn.Module | None = None) -> None:
+                 reference: torch.nn.Module | None = None, reward_functions: list | None = None) -> None:
         cfg = rollout_cfg
         if cfg.prompts_per_step % world_size:
             raise BatchError(f"rollout.prompts_per_step={cfg.prompts_per_step} is not divisible by "
@@ -32,6 +34,7 @@ class Collector:
             from rlvr.registry import build
             sampler = build("sampler", "plain")
         self.sampler, self.reference = sampler, reference
+        self.functions = reward_functions or []  # rlvr.rewards.functions.RewardFunction, scored beside the verdict
         self.cfg, self.tokenizer, self.seed, self.timer = cfg, tokenizer, seed, timer
         self.rank, self.world_size = rank, world_size
         self.local_prompts = cfg.prompts_per_step // world_size
@@ -112,12 +115,20 @@ class Collector:
                            self.cfg.verify_timeout_s)
         for i, s in zip(unscored, fresh):
             scores[i] = s
-        # Objective 0 is the verdict; tasks may add named objectives (format, partial credit, ...).
+        # Objective 0 is the verdict; tasks may add named objectives (format, partial credit, ...);
+        # configured reward functions (algorithm.rewards) come last, one objective each.
         names = list(dict.fromkeys(k for s in scores for k in s.meta.get("objectives", {})))
         rows = [[s.value] + [float(s.meta.get("objectives", {}).get(k, 0.0)) for k in names] for s in scores]
+        errors = {i: str(s.meta["error"]) for i, s in enumerate(scores) if s.meta.get("error")}
+        if self.functions:
+            extra, fn_errors = score_functions(self.functions, batch.problems, batch.texts,
+                                               self.cfg.verify_timeout_s, active_pool())
+            rows = [r + e for r, e in zip(rows, extra)]
+            errors = {i: "; ".join(filter(None, (errors.get(i), fn_errors.get(i))))
+                      for i in sorted(set(errors) | set(fn_errors))}
         batch.rewards = torch.tensor(rows, dtype=torch.float32, device=batch.completion_mask.device)  # (N, K)
-        batch.reward_names = ["correct", *names]
-        batch.meta["verifier_errors"] = {i: str(s.meta["error"]) for i, s in enumerate(scores) if s.meta.get("error")}
+        batch.reward_names = ["correct", *names, *(f.name for f in self.functions)]
+        batch.meta["verifier_errors"] = errors
         batch.meta["parsed"] = [s.parsed for s in scores]
 
 

@@ -74,6 +74,9 @@ class RolloutConfig:
     top_k: int = param(0, "top-k sampling (0 = off)")
     refill_rounds: int = param(0, "DAPO dynamic sampling: extra sampling rounds to refill groups the filters drop")
     verify_timeout_s: float = param(5.0, "time limit of one verifier call; a timeout scores 0")
+    verify_workers: int = param(-1, "verifier pool processes scoring a batch in parallel (-1 = one per CPU "
+                                    "core; 0 = verify in-process, one call at a time); tasks with bounded "
+                                    "checks (needs_timeout = False) always verify in-process")
     engine: str = param("loop", "generation engine: loop | hf | specroll (speculative, exact) | vllm (GPU extra)")
     engine_params: dict = param({}, "options of the engine: specroll (rlvr.rollout.speculative.SpecRollConfig), "
                                     "vllm (rlvr.rollout.vllm_engine.VLLMConfig)")
@@ -89,6 +92,9 @@ class RolloutConfig:
                 raise ValueError(f"rollout.batch_size={self.batch_size} is not divisible by "
                                  f"rollout.group_size={self.group_size}")
             object.__setattr__(self, "prompts_per_step", self.batch_size // self.group_size)
+        if self.verify_workers < -1:
+            raise ValueError(f"rollout.verify_workers must be -1 (one per core), 0 (in-process) or a "
+                             f"count, got {self.verify_workers}")
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,9 @@ class AlgorithmConfig:
     filters: list = param([], "batch filters, applied in order (list of {name, params})")
     weightings: list = param([], "token weightings (reweight stage), applied in order (list of {name, params})")
     reward_weights: list = param([], "weights of the reward objectives [correct, *task objectives]; "
-                                     "empty = the first objective alone")
+                                     "empty = the first objective alone (reward functions add their own)")
+    rewards: list = param([], "TRL-style reward functions, each an objective beside the verdict: list of "
+                              "{fn: 'pkg.module:func', weight: 1.0, name: optional} (rlvr.rewards.functions)")
     selector: PluginSpec = param(PluginSpec("uniform"), "prompt selector (rlvr list selector): uniform, "
                                                         "curriculum (CVPO)")
     teacher: PluginSpec = param(PluginSpec("oracle"), "first-mistake teacher for estimators that need one "

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import torch
 
+from rlvr.tasks.pool import verifier_pool
 from rlvr.train.build import build_model, build_task
 from rlvr.train.config import Config
 from rlvr.train.run_dir import claim_run_dir
@@ -92,11 +93,13 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
               tokenizer: Any = None, callbacks: list | None = None) -> dict[str, Any]:
     """Train per ``cfg`` (warm-starting the tiny model first when configured) and write summary.json.
     Plug-ins, parameters and the run folder are checked first; a fresh run refuses a folder holding
-    another run unless ``run.overwrite``; the folder is locked while the run writes it."""
+    another run unless ``run.overwrite``; the folder is locked while the run writes it. The evaluations
+    before and after verify in the run's verifier pool too."""
     validate_run(cfg)
     main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
     with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):
-        return _train_run(cfg, resume, model, tokenizer, callbacks)
+        with verifier_pool(cfg.rollout.verify_workers):
+            return _train_run(cfg, resume, model, tokenizer, callbacks)
 
 
 def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokenizer: Any,

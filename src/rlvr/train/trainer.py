@@ -25,7 +25,9 @@ from rlvr.batching import micro_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
+from rlvr.rewards.functions import objective_weights
 from rlvr.rollout import sequence_logprobs
+from rlvr.tasks.pool import verifier_pool
 from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
@@ -71,7 +73,7 @@ class Trainer:
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
-            sampler=self.parts["sampler"], reference=self.ref_model)
+            sampler=self.parts["sampler"], reference=self.ref_model, reward_functions=self.parts["reward_functions"])
         self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
@@ -81,7 +83,12 @@ class Trainer:
     # --- the loop ---------------------------------------------------------------------------
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
-        """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``)."""
+        """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``), verifying
+        in a pool of ``rollout.verify_workers`` processes that ends with the run, errors included."""
+        with verifier_pool(self.cfg.rollout.verify_workers):
+            return self._train(resume, eval_fn)
+
+    def _train(self, resume: bool, eval_fn: Any) -> dict[str, Any]:
         if resume:
             self._resume()
         elif self.acc.is_main_process:
@@ -185,7 +192,12 @@ class Trainer:
 
     def _advantages(self, batch: Rollouts, metrics: dict[str, float]) -> None:
         weights = self.cfg.algorithm.reward_weights
-        if weights and len(weights) != batch.rewards.shape[1]:
+        if self.parts["reward_functions"]:  # [correct, *task objectives] weights + each function's own
+            try:
+                weights = objective_weights(batch.reward_names, weights, self.parts["reward_functions"])
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+        elif weights and len(weights) != batch.rewards.shape[1]:
             raise ConfigError(f"algorithm.reward_weights has {len(weights)} entries but the task gives "
                               f"{batch.rewards.shape[1]} objectives {batch.reward_names}")
         estimator = self.parts["advantage"]
