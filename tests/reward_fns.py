@@ -47,3 +47,11 @@ def echo_columns(prompts, completions, **kwargs):
     """The number of keyword columns it received (to check what is passed)."""
     assert prompts and completions
     return [float(len(kwargs)) for _ in completions]
+
+
+def hangs_sometimes(prompts, completions, **kwargs):
+    """Hangs on about a fifth of the completions (by a hash of the text), else 1.0."""
+    import random
+    if random.Random(completions[0]).random() < 0.2:
+        time.sleep(60)
+    return [1.0 for _ in completions]

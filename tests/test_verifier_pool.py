@@ -111,7 +111,7 @@ def test_crashing_worker_costs_only_its_row(crash):
 
 def test_no_worker_survives_the_pool_even_on_error():
     with pytest.raises(RuntimeError, match="boom"):
-        with verifier_pool(2) as pool:
+        with verifier_pool(2, prestart=True) as pool:  # workers start in the background
             _run(pool, [(_ok, 1.0)] * 4, timeout_s=5)
             pids = pool.pids()
             assert len(pids) == 2 and all(alive(p) for p in pids)
@@ -154,13 +154,16 @@ def test_unpicklable_task_falls_back_in_process_with_a_warning():
         assert scores == [Score(1.0)] and pool.pids() == []
 
 
-def test_adversarial_input_bounded_in_pool(dataset_task):
-    tower = "$" + "9^{" * 6 + "9" + "}" * 6 + "$"
-    with VerifierPool(1) as pool:
+def test_adversarial_inputs_bounded_in_pool(dataset_task):
+    from tests.test_verifiers import ADVERSARIAL
+    kinds = sorted(ADVERSARIAL)
+    with VerifierPool(2):
         start = time.monotonic()
-        out = verify_all(dataset_task, [Problem("q", "1")] * 2, [tower, "$1$"], timeout_s=1.0)
-        assert time.monotonic() - start < 15
-        assert out[0].value == 0.0 and out[1].value == 1.0
+        out = verify_all(dataset_task, [Problem("q", "17")] * (len(kinds) + 1), [ADVERSARIAL[k] for k in kinds] + ["$17$"],
+                         timeout_s=1.0)
+        assert time.monotonic() - start < 2.0 * len(kinds) + 10  # at most ~1 s a row, two rows at a time
+    assert [s.value for s in out] == [0.0] * len(kinds) + [1.0]
+    assert all(s.meta.get("error") for s in out[:-1]), out  # a guard fired or the worker was killed
 
 
 def test_fork_start_method_refused():

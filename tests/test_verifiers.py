@@ -181,3 +181,28 @@ def test_verl_compute_score_signature_matches_default():
 
     ours = list(inspect.signature(compute_score).parameters)[:4]
     assert ours == list(inspect.signature(reward_score.default_compute_score).parameters)[:4]
+
+
+# Cases from Math-Verify's own tests (tests/test_all.py: test_precision, test_set_rel_assymetry;
+# tests/test_strict.py): each option turns the verdict around on its case.
+MATH_VERIFY_OPTIONS = [
+    ("float_rounding", 4, r"$\frac{1}{3}$", "$0.3333$"),  # rounded to 4 places: equal; to 6: not
+    ("float_rounding", 3, r"$\frac{1}{3}$", "$0.333$"),
+    ("strict", False, "$f(x)$", "$f(y)$"),  # strict compares variable names
+    ("allow_set_relation_comp", True, r"$x \in [-2,7]$", r"$-2 \le x \le 7$"),  # set gold vs inequality
+]
+
+
+@pytest.mark.parametrize("option,value,gold,pred", MATH_VERIFY_OPTIONS)
+def test_math_verify_options_change_the_verdict(option, value, gold, pred):
+    default = build("verifier", "math_verify", isolation="thread")(Problem("q", gold), pred)
+    changed = build("verifier", "math_verify", isolation="thread", **{option: value})(Problem("q", gold), pred)
+    assert default.value == 0.0 and not default.meta.get("error"), default
+    assert changed.value == 1.0, changed
+
+
+def test_math_verify_options_checked():
+    with pytest.raises(ValueError, match="float_rounding"):
+        build("verifier", "math_verify", float_rounding=-1)
+    task_default = build("verifier", "math_verify").config
+    assert (task_default.float_rounding, task_default.strict, task_default.allow_set_relation_comp) == (6, True, False)

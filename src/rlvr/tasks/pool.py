@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ Call = tuple[Callable[..., Any], Any, Any, tuple]  # (op, key, target, args)
 
 _ACTIVE: list["VerifierPool"] = []
 _READY = ("ready", None)  # a worker has loaded a call's target (imports, unpickling); the call starts now
+_PRELOAD = ["rlvr.tasks.pool", "rlvr.tasks", "rlvr.rewards.verifiers", "math_verify"]
 _LOAD_S = 120.0  # how long a worker may take to start and load a target before it counts as stuck
 
 
@@ -47,15 +49,24 @@ def active() -> "VerifierPool | None":
     return _ACTIVE[-1] if _ACTIVE else None
 
 
+def uses_pool(task: Any, reward_functions: list | tuple = ()) -> bool:
+    """Whether a run's verification goes to the pool: a task whose checks need a time limit, or
+    reward functions (bounded checks, ``needs_timeout = False``, stay in-process)."""
+    return bool(getattr(task, "needs_timeout", True) or reward_functions)
+
+
 @contextmanager
-def verifier_pool(workers: int) -> Iterator["VerifierPool | None"]:
+def verifier_pool(workers: int, prestart: bool = False) -> Iterator["VerifierPool | None"]:
     """The pool a run verifies with (``rollout.verify_workers``): the one already active (a caller
     opened it), else a new one of ``workers`` processes (-1: one per core) closed on the way out,
-    errors included; none for 0 (verify in-process)."""
+    errors included; none for 0 (verify in-process). ``prestart`` starts the workers now, in the
+    background, so their start-up overlaps the run's first generation."""
     if workers == 0 or active() is not None:
         yield active() if workers else None
         return
     with VerifierPool(workers) as pool:
+        if prestart:
+            pool.prestart()
         yield pool
 
 
@@ -74,9 +85,10 @@ class VerifierPool:
             raise ValueError("VerifierPool: start_method 'fork' would fork the training process; "
                              "use forkserver or spawn")
         self._ctx = mp.get_context(method)
-        if method == "forkserver":  # workers fork from a server that imported this module once
-            self._ctx.set_forkserver_preload(["rlvr.tasks.pool", "rlvr.tasks.safe"])
+        if method == "forkserver":  # workers fork from a server that imported these once (a missing one is skipped)
+            self._ctx.set_forkserver_preload(_PRELOAD)
         self._workers: list[_Worker] = []
+        self._starting: threading.Thread | None = None
         self._picklable: dict[Any, tuple[Any, str | None]] = {}
         self.warned: set[Any] = set()  # keys of targets reported once as not sendable to workers
         self.replaced = 0  # workers killed (time-out) or found dead, and replaced
@@ -92,8 +104,25 @@ class VerifierPool:
             _ACTIVE.remove(self)
         self.close()
 
+    def prestart(self) -> None:
+        """Start all workers from a background thread (``run`` waits for it); a no-op once started."""
+        if self._starting is None and not self._workers:
+            self._starting = threading.Thread(target=self._grow, args=(self.size,), daemon=True,
+                                              name="rlvr-verifier-start")
+            self._starting.start()
+
+    def _grow(self, n: int) -> None:
+        while len(self._workers) < n:
+            self._workers.append(_Worker(self._ctx))
+
+    def _started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+
     def close(self) -> None:
         """Stop every worker (politely, then by force)."""
+        self._started()
         for w in self._workers:
             w.stop()
         self._workers = []
@@ -118,8 +147,8 @@ class VerifierPool:
         worker dies gets an error outcome and a fresh worker takes its place."""
         results: list[Outcome | None] = [None] * len(calls)
         pending = deque(range(len(calls)))
-        while len(self._workers) < min(self.size, len(calls)):
-            self._workers.append(_Worker(self._ctx))
+        self._started()
+        self._grow(min(self.size, len(calls)))
         busy: dict[int, tuple[int, float]] = {}  # worker slot -> (call index, deadline)
         limit = timeout_s if timeout_s is not None and timeout_s > 0 else None
         while pending or busy:

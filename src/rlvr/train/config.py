@@ -105,9 +105,9 @@ class AlgorithmConfig:
     shapers: list = param([], "reward shapers, applied in order (list of {name, params})")
     filters: list = param([], "batch filters, applied in order (list of {name, params})")
     weightings: list = param([], "token weightings (reweight stage), applied in order (list of {name, params})")
-    reward_weights: list = param([], "weights of the reward objectives [correct, *task objectives]; "
+    reward_weights: list[float] = param([], "weights of the reward objectives [correct, *task objectives]; "
                                      "empty = the first objective alone (reward functions add their own)")
-    rewards: list = param([], "TRL-style reward functions, each an objective beside the verdict: list of "
+    rewards: list[dict] = param([], "TRL-style reward functions, each an objective beside the verdict: list of "
                               "{fn: 'pkg.module:func', weight: 1.0, name: optional} (rlvr.rewards.functions)")
     selector: PluginSpec = param(PluginSpec("uniform"), "prompt selector (rlvr list selector): uniform, "
                                                         "curriculum (CVPO)")
@@ -340,6 +340,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return tuple(value)
     if hint is list and isinstance(value, list):
         return [_plugin_spec(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is list and isinstance(value, list):  # list[float], list[dict]: plain items, each checked
+        item = typing.get_args(hint)[0]
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
     if hint in (int, str, bool, dict) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
         raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
     return value

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from rlvr.tasks.pool import verifier_pool
+from rlvr.tasks.pool import active, uses_pool, verifier_pool
 from rlvr.train.build import build_model, build_task
 from rlvr.train.config import Config
 from rlvr.train.run_dir import claim_run_dir
@@ -109,6 +109,9 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
         model, tokenizer, info = warm_start_model(cfg)
     trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks)
     task = trainer.parts["task"]
+    pool = active()
+    if pool is not None and uses_pool(task, trainer.parts.get("reward_functions", ())):
+        pool.prestart()  # workers start while the policy is evaluated before training
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)
     before = None

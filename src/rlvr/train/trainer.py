@@ -27,7 +27,7 @@ from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
 from rlvr.rewards.functions import objective_weights
 from rlvr.rollout import sequence_logprobs
-from rlvr.tasks.pool import verifier_pool
+from rlvr.tasks.pool import uses_pool, verifier_pool
 from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
@@ -85,7 +85,8 @@ class Trainer:
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``), verifying
         in a pool of ``rollout.verify_workers`` processes that ends with the run, errors included."""
-        with verifier_pool(self.cfg.rollout.verify_workers):
+        needed = uses_pool(self.parts["task"], self.parts["reward_functions"])
+        with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed):
             return self._train(resume, eval_fn)
 
     def _train(self, resume: bool, eval_fn: Any) -> dict[str, Any]:

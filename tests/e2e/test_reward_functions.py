@@ -1,0 +1,107 @@
+"""TRL-signature reward functions in a training run: two of them (one reading an extra dataset column,
+one async) train 2 steps with weights beside the verdict and appear as reward/<name>; a raising and a
+hanging one score 0 with the reason in samples.jsonl; the verifier pool ends with the run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlvr.tasks import pool as pool_mod
+from rlvr.tasks.pool import active
+from rlvr.train.logging import read_metrics
+from rlvr.train.trainer import Trainer
+from tests.e2e.tiny import TINY
+from tests.test_verifier_pool import alive
+from rlvr.train.config import ConfigError, load_config
+
+pytest.importorskip("math_verify")
+
+F = "tests.reward_fns:"
+REWARDS = [{"fn": F + "mentions_unit", "weight": 1.0}, {"fn": F + "brevity", "weight": 0.5},
+           {"fn": F + "explodes", "weight": 0.1}, {"fn": F + "hangs_sometimes", "weight": 0.1, "name": "slow"}]
+
+
+def _config(tmp_path, rewards=REWARDS, steps=2, **algorithm):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "unit": "1" if i % 2 else "2"})
+                            + "\n" for i in range(10, 40)))
+    tree = {**TINY, "task": {"name": "dataset", "params": {"path": str(data), "meta_columns": ["unit"]}},
+            "rollout": {**TINY["rollout"], "verify_workers": 2, "verify_timeout_s": 0.5},
+            "algorithm": {"advantage": {"name": "gdpo"}, "rewards": rewards, **algorithm},
+            "run": {**TINY["run"], "steps": steps, "out_dir": str(tmp_path / "run")}}
+    return load_config(None, [], base=tree)
+
+
+@pytest.fixture
+def pool_pids(monkeypatch):
+    """The worker pids of every pool, recorded as it closes."""
+    seen: list[int] = []
+    close = pool_mod.VerifierPool.close
+
+    def recording_close(self):
+        seen.extend(self.pids())
+        close(self)
+
+    monkeypatch.setattr(pool_mod.VerifierPool, "close", recording_close)
+    return seen
+
+
+def _gone(pids):
+    import time
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(alive(p) for p in pids)
+
+
+def test_trl_reward_functions_train_with_weights(tmp_path, pool_pids):
+    trainer = Trainer(_config(tmp_path))
+    summary = trainer.train()
+    assert summary["steps"] == 2
+    rows = read_metrics(tmp_path / "run")
+    for row in rows:
+        for name in ("mentions_unit", "brevity", "explodes", "slow"):
+            assert f"reward/{name}" in row, name
+        assert row["reward/explodes"] == 0.0 and 0.0 < row["reward/brevity"] < 1.0
+        assert row["reward/verifier_errors"] == 16  # explodes fails on every row of 4 x 4
+    assert any(0.0 < row["reward/mentions_unit"] for row in rows)  # the unit column was read
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    errors = [s["verifier_error"] for s in samples]
+    assert all("reward 'explodes': RuntimeError: reward function exploded" in e for e in errors)
+    assert any("reward 'slow': timeout after 0.5 s" in e for e in errors)
+    assert all(len(s["reward"]) == 5 for s in samples)  # [correct, mentions_unit, brevity, explodes, slow]
+    assert active() is None and pool_pids and _gone(pool_pids)  # no worker outlived the run
+
+
+def test_weights_reach_the_advantage(tmp_path, monkeypatch):
+    trainer = Trainer(_config(tmp_path, REWARDS[:2], steps=1, reward_weights=[0.25]))
+    seen = []
+    advantage = trainer.parts["advantage"]
+    monkeypatch.setitem(trainer.parts, "advantage", lambda inputs: seen.append(inputs) or advantage(inputs))
+    trainer.train()
+    assert seen and seen[0].reward_weights.tolist() == [0.25, 1.0, 0.5]  # [correct, mentions_unit, brevity]
+    assert seen[0].rewards.shape[1] == 3
+
+
+def test_pool_is_closed_when_the_run_fails(tmp_path, pool_pids, monkeypatch):
+    trainer = Trainer(_config(tmp_path, REWARDS[:1], steps=1))
+    collect = trainer.collector.collect
+
+    def collect_then_fail(model, step):
+        collect(model, step)
+        raise RuntimeError("step failed")
+
+    monkeypatch.setattr(trainer.collector, "collect", collect_then_fail)
+    with pytest.raises(RuntimeError, match="step failed"):
+        trainer.train()
+    assert active() is None and pool_pids and _gone(pool_pids)
+
+
+def test_bad_reward_entry_fails_before_any_work(tmp_path):
+    cfg = load_config(None, ["algorithm.rewards=[{fn: 'tests.reward_fns:constant', w: 1}]"],
+                      base={**TINY, "run": {**TINY["run"], "out_dir": str(tmp_path)}})
+    with pytest.raises(ConfigError, match=r"algorithm.rewards\[0\]: unknown key\(s\) \['w'\]"):
+        Trainer(cfg)
+    assert not (tmp_path / "config.yaml").exists()
