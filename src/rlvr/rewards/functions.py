@@ -80,19 +80,19 @@ def reward_functions(items: list) -> list[RewardFunction]:
 
 def score_functions(functions: list[RewardFunction], problems: list[Problem], texts: list[str],
                     timeout_s: float | None, pool: Any = None) -> tuple[list[list[float]], dict[int, str]]:
-    """Every function on every row: values ``(N, F)`` and the reasons of rows that scored 0 by failing."""
+    """Every function on every row: values ``(N, F)`` and the reasons of rows that scored 0 by failing.
+    All (function, row) calls go to ``pool`` at once; a function that cannot be sent runs in-process."""
+    args = [(p.prompt, t, columns(p)) for p, t in zip(problems, texts)]
+    pooled = [j for j, fn in enumerate(functions) if pool is not None and args
+              and sendable(pool, ("reward", fn.fn), fn.func, f"reward function '{fn.name}'")]
+    calls = [(_reward_op, ("reward", functions[j].fn), functions[j].func, a) for j in pooled for a in args]
+    done = iter(pool.run(calls, timeout_s) if calls else [])
     values = [[0.0] * len(functions) for _ in problems]
     errors: dict[int, list[str]] = {}
     for j, fn in enumerate(functions):
-        args = [(p.prompt, t, columns(p)) for p, t in zip(problems, texts)]
-        key = ("reward", fn.fn)
-        if pool is not None and args and sendable(pool, key, fn.func, f"reward function '{fn.name}'"):
-            outcomes = pool.run([(_reward_op, key, fn.func, a) for a in args], timeout_s)
-        else:
-            outcomes = [guarded(_reward_op, (fn.func, *a), timeout_s) for a in args]
-        for i, outcome in enumerate(outcomes):
-            value, reason = _as_reward(outcome)
-            values[i][j] = value
+        for i, a in enumerate(args):
+            outcome = next(done) if j in pooled else guarded(_reward_op, (fn.func, *a), timeout_s)
+            values[i][j], reason = _as_reward(outcome)
             if reason:
                 errors.setdefault(i, []).append(f"reward '{fn.name}': {reason}")
     return values, {i: "; ".join(r) for i, r in errors.items()}

@@ -12,7 +12,8 @@ bounded string checks (``exact``, ``numeric``) default to it. ``math_verify`` de
 ``"process"`` (a forked child killed at the limit, ~6 ms a call): a hard limit from any thread,
 which math-verify's own ``signal.alarm`` limit is not (it works only in the main thread, in whole
 seconds, and turns a time-out into a silent "wrong"). So math-verify runs here with its own limit
-off and ours on.
+off and ours on. In a verifier pool worker (``rlvr.tasks.pool``, how training verifies a batch) the
+pool is the hard limit, so there the check runs directly: no thread, no second fork.
 """
 
 from __future__ import annotations

@@ -161,6 +161,13 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
         model, tokenizer = load_model(folder), load_tokenizer(folder)
     cfg = replace(cfg, rollout={"max_new_tokens": max_new_tokens})
     task_obj = build_task(cfg)
+    with verifier_pool(cfg.rollout.verify_workers, prestart=uses_pool(task_obj)):
+        result = _evaluate(model, tokenizer, task_obj, cfg, strategy, problems, k, max_new_tokens, seed, cas)
+    return {"model": str(folder), "problems": problems, **result}
+
+
+def _evaluate(model: Any, tokenizer: Any, task_obj: Any, cfg: Config, strategy: str, problems: int, k: int,
+              max_new_tokens: int, seed: int, cas: dict[str, Any] | None) -> dict[str, Any]:
     if strategy == "cas":
         from rlvr.eval.cas import CASConfig, cas_evaluate
         from rlvr.registry import make_config
@@ -171,4 +178,4 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
         result = evaluate_policy(model, tokenizer, task_obj, heldout(task_obj, problems, seed), cfg, k)
     else:
         raise ValueError(f"evaluate: unknown strategy '{strategy}'; valid: standard, cas")
-    return {"model": str(folder), "problems": problems, **result}
+    return result
