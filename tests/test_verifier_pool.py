@@ -159,8 +159,8 @@ def test_adversarial_inputs_bounded_in_pool(dataset_task):
     kinds = sorted(ADVERSARIAL)
     with VerifierPool(2):
         start = time.monotonic()
-        out = verify_all(dataset_task, [Problem("q", "17")] * (len(kinds) + 1), [ADVERSARIAL[k] for k in kinds] + ["$17$"],
-                         timeout_s=1.0)
+        texts = [ADVERSARIAL[k] for k in kinds] + ["$17$"]
+        out = verify_all(dataset_task, [Problem("q", "17")] * len(texts), texts, timeout_s=1.0)
         assert time.monotonic() - start < 2.0 * len(kinds) + 10  # at most ~1 s a row, two rows at a time
     assert [s.value for s in out] == [0.0] * len(kinds) + [1.0]
     assert all(s.meta.get("error") for s in out[:-1]), out  # a guard fired or the worker was killed
