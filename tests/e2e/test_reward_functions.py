@@ -78,8 +78,9 @@ def test_trl_reward_functions_train_with_weights(tmp_path, pool_pids):
 def test_weights_reach_the_advantage(tmp_path, monkeypatch):
     trainer = Trainer(_config(tmp_path, REWARDS[:2], steps=1, reward_weights=[0.25]))
     seen = []
-    advantage = trainer.parts["advantage"]
-    monkeypatch.setitem(trainer.parts, "advantage", lambda inputs: seen.append(inputs) or advantage(inputs))
+    estimator = type(trainer.parts["advantage"])
+    call = estimator.__call__
+    monkeypatch.setattr(estimator, "__call__", lambda self, inputs: seen.append(inputs) or call(self, inputs))
     trainer.train()
     assert seen and seen[0].reward_weights.tolist() == [0.25, 1.0, 0.5]  # [correct, mentions_unit, brevity]
     assert seen[0].rewards.shape[1] == 3
