@@ -69,6 +69,8 @@ def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: A
     """The gradient ``Trainer`` for ``optim.name: adamw``; otherwise the registered optimizer plug-in's
     own trainer (``plugin.trainer(cfg, model=..., tokenizer=...)``), which offers the same surface:
     ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``."""
+    from rlvr.train.precision import check_supported
+    check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     if cfg.optim.name == "adamw":
         return Trainer(cfg, model=model, tokenizer=tokenizer)
     from rlvr.train.build import build_plugin
@@ -80,6 +82,8 @@ def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: A
 def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None = None,
               tokenizer: Any = None) -> dict[str, Any]:
     """Train per ``cfg`` (warm-starting the tiny model first when configured) and write summary.json."""
+    from rlvr.train.precision import check_supported
+    check_supported(cfg)  # before the warm start: a bad combination fails before any work
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
         model, tokenizer, info = warm_start_model(cfg)
