@@ -46,12 +46,19 @@ def run_fixed(trainer: Trainer) -> dict:
     return {"loss": loss.item()}
 
 
+MODES = {
+    "fixed": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean", "algorithm.entropy_coef=0.01"],
+    # two optimizer steps per batch, per-mini-batch global normalisers (seq-mean-token-sum: a count of rows)
+    "minibatch": ["optim.mini_batches=2", "optim.micro_batch_size=3", "optim.lr=1e-2",
+                  "algorithm.aggregation.mode=seq-mean-token-sum"],
+    "train": ["run.steps=2"],
+}
+
+
 def main(mode: str, out: str) -> None:
-    overrides = (["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean", "algorithm.entropy_coef=0.01"]
-                 if mode == "fixed" else ["run.steps=2"])
-    cfg = tiny_config(Path(out) / "run", overrides)
+    cfg = tiny_config(Path(out) / "run", MODES[mode])
     trainer = Trainer(cfg)
-    result = run_fixed(trainer) if mode == "fixed" else {"summary": trainer.train()}
+    result = {"summary": trainer.train()} if mode == "train" else run_fixed(trainer)
     params = {k: v.detach().double().sum().item() for k, v in trainer.policy.state_dict().items()}
     flat = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
     result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes})

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(args: list[str], out: Path, nproc: int) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # src first: a worktree tests its own code even where the editable install points elsewhere
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(29500 + os.getpid() % 1000), "-m", "tests.e2e.ddp_worker", *args, str(out)]
@@ -35,6 +36,15 @@ def test_two_process_update_equals_single_process(tmp_path):
     one = _run(["fixed"], tmp_path / "one", 1)[0]
     assert two[0]["world"] == 2 and one["world"] == 1
     assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3  # a non-trivial loss
+    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
+
+
+def test_two_process_mini_batches_equal_single_process(tmp_path):
+    """M = 2 optimizer steps per batch: every rank's mini-batch j is its share of the global mini-batch j."""
+    two = _run(["minibatch"], tmp_path / "two", 2)
+    one = _run(["minibatch"], tmp_path / "one", 1)[0]
+    assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3
     assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
     assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
 

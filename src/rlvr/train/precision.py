@@ -43,7 +43,11 @@ def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     if cfg.model.gradient_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ConfigError(f"model.gradient_checkpointing: {type(model).__name__} does not support it")
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x (the old name is deprecated)
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
 
 
