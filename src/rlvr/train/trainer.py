@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from rlvr.batching import micro_batches, mini_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
+from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rollout import sequence_logprobs
 from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
@@ -246,6 +247,10 @@ class Trainer:
         for key, value in {"loss/total": loss.detach(), **metrics}.items():
             out[key] = float(value) if key in _ADDITIVE else float(value) * share
         out["rollout/entropy"] = ent.detach()[inputs.mask].mean().item() * share if ent is not None else 0.0
+        # How far the policy has moved from the behaviour policy: k3 estimate of KL(π_old ‖ π_θ) on the
+        # sampled tokens, >= 0 (loss/approx_kl is verl's signed ppo_kl); 0 before the first step.
+        moved = kl_estimate(old, logp.detach(), "k3", clamp=None)
+        out["loss/behaviour_kl"] = masked_mean(moved, inputs.mask).item() * share
         return out
 
     def _reweight(self, batch: Rollouts, rows: torch.Tensor, logp: torch.Tensor,
