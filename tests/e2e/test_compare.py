@@ -71,7 +71,7 @@ def test_compare_writes_tables_json_and_plots_from_the_runs(tmp_path):
 def test_killed_comparison_reuses_finished_runs(tmp_path):
     path = _write_compare(tmp_path, steps=6, seeds=(0,))
     out = tmp_path / "cmp"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)  # PYTHONPATH from the fixture: ROOT plus the caller's (a worktree's src)
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "compare", str(path), "--jobs", "1"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     first = out / "runs" / "grpo" / "seed0" / "summary.json"
