@@ -130,7 +130,8 @@ def _loss_grads_saved(checkpointing: bool) -> tuple[float, dict[str, torch.Tenso
     model.train()
     gen = torch.Generator().manual_seed(0)
     n, p, t = 4, 6, 40
-    prompt, completion = torch.randint(4, len(tok), (n, p), generator=gen), torch.randint(4, len(tok), (n, t), generator=gen)
+    prompt = torch.randint(4, len(tok), (n, p), generator=gen)
+    completion = torch.randint(4, len(tok), (n, t), generator=gen)
     saved = [0]
 
     def pack(x: torch.Tensor) -> torch.Tensor:

@@ -136,8 +136,9 @@ class OptimConfig:
     schedule: str = param("constant", "constant | linear | cosine (after warm-up)")
     warmup_steps: int = param(0, "linear learning-rate warm-up (optimizer steps: ppo_epochs x mini_batches a step)")
     ppo_epochs: int = param(1, "passes over each batch")
-    mini_batches: int = param(1, "optimizer steps per batch and epoch, each on every M-th row of the local batch "
-                                 "(verl ppo_mini_batch_size = rows / M); behaviour log-probs come from before the first")
+    mini_batches: int = param(1, "optimizer steps per batch and epoch, each on every M-th row of the local "
+                                 "batch (verl ppo_mini_batch_size = rows / M); behaviour log-probs come from "
+                                 "before the first")
     old_logprobs: str = param("recompute", "behaviour log-probs of the ratio: recompute (the policy before the "
                                            "first step) | rollout (the sampler's; bypass mode, no extra pass)")
     micro_batch_size: int = param(0, "rows per forward/backward (0 = the whole local batch)")
