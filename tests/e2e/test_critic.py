@@ -111,7 +111,7 @@ def _launch(out: Path, nproc: int) -> list[dict]:
     import subprocess
     import sys
     root = PRESETS.parents[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
     cmd = [sys.executable, "-m", "tests.e2e.test_critic", str(out)]
     if nproc > 1:
         cmd[1:3] = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
