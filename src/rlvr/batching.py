@@ -57,3 +57,16 @@ def micro_batches(n: int, size: int) -> list[Tensor]:
     if size <= 0 or size >= n:
         return [torch.arange(n)]
     return [torch.arange(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+def mini_batches(n: int, m: int) -> list[Tensor]:
+    """Row indices of ``m`` mini-batches: mini-batch ``j`` takes every ``m``-th row from row ``j``.
+
+    A fixed interleave (verl shuffles rows instead): each mini-batch holds rows of every group, and
+    when every rank's row count is a multiple of ``m``, the union over ranks of mini-batch ``j`` is
+    the single-process mini-batch ``j`` of the same global batch, so data-parallel runs take the same
+    optimizer steps as one process.
+    """
+    if n < m:
+        raise BatchError(f"optim.mini_batches={m} needs at least {m} rows per rank, the local batch has {n}")
+    return [torch.arange(j, n, m) for j in range(m)]

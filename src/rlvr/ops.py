@@ -83,28 +83,67 @@ def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
 
 # --- log-probs and entropy --------------------------------------------------------------------
 
-def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 16) -> Tensor:
-    """log softmax(logits)[labels] for logits (N, T, V), labels (N, T) → (N, T).
+def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
+                         chunk_tokens: int = 4096) -> Tensor:
+    """log softmax(logits / temperature)[labels] for logits (N, T, V), labels (N, T) → (N, T) float32.
 
-    Uses ``x_y − logsumexp(x)`` in row chunks, so no full-vocabulary log-softmax (or float64 copy)
-    of the whole batch is ever held at once.
+    Uses ``x_y − logsumexp(x)`` chunk by chunk (``chunk_rows`` rows, at most ``chunk_tokens``
+    positions), casting each chunk to float32 on its own, so no float32 copy of the whole (N, T, V)
+    is ever held; under autograd each chunk is recomputed in the backward pass instead of being
+    saved, so the graph keeps only the logits themselves (in the model's dtype).
     """
-    out = []
-    for lo in range(0, logits.shape[0], chunk_rows):
-        chunk = logits[lo:lo + chunk_rows]
-        picked = chunk.gather(-1, labels[lo:lo + chunk_rows].unsqueeze(-1)).squeeze(-1)
-        out.append(picked.float() - torch.logsumexp(chunk.float(), dim=-1))
-    return torch.cat(out, dim=0)
+    return _chunked(_chunk_logprobs, logits, labels, chunk_rows, chunk_tokens, temperature)
 
 
-def entropy_from_logits(logits: Tensor, chunk_rows: int = 16) -> Tensor:
-    """Entropy of softmax(logits) over the last dim, (N, T, V) → (N, T), in row chunks."""
-    out = []
-    for lo in range(0, logits.shape[0], chunk_rows):
-        chunk = logits[lo:lo + chunk_rows].float()
-        probs = torch.softmax(chunk, dim=-1)
-        out.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(-1))
-    return torch.cat(out, dim=0)
+def entropy_from_logits(logits: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
+                        chunk_tokens: int = 4096) -> Tensor:
+    """Entropy of softmax(logits / temperature) over the last dim, (N, T, V) → (N, T) float32, in
+    chunks as :func:`logprobs_from_logits` (differentiable when ``logits`` require grad)."""
+    return _chunked(_chunk_entropy, logits, None, chunk_rows, chunk_tokens, temperature)
+
+
+def logprobs_and_entropy(logits: Tensor, labels: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
+                         chunk_tokens: int = 4096) -> tuple[Tensor, Tensor]:
+    """Both of the above from one float32 copy per chunk, (N, T) each, the entropy differentiable
+    too (an entropy bonus): one pass instead of two over the vocabulary."""
+    both = _chunked(_chunk_both, logits, labels, chunk_rows, chunk_tokens, temperature)  # (N, T, 2)
+    return both[..., 0], both[..., 1]
+
+
+def _chunk_both(chunk: Tensor, labels: Tensor, temperature: float) -> Tensor:
+    x = chunk.float() / temperature  # (n, t, V)
+    logp = x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+    ent = torch.logsumexp(x, dim=-1) - (torch.softmax(x, dim=-1) * x).sum(-1)
+    return torch.stack([logp, ent], dim=-1)
+
+
+def _chunk_logprobs(chunk: Tensor, labels: Tensor, temperature: float) -> Tensor:
+    x = chunk.float() / temperature  # (n, t, V) float32, this chunk only
+    return x.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(x, dim=-1)
+
+
+def _chunk_entropy(chunk: Tensor, labels: None, temperature: float) -> Tensor:
+    x = chunk.float() / temperature  # (n, t, V)
+    return torch.logsumexp(x, dim=-1) - (torch.softmax(x, dim=-1) * x).sum(-1)
+
+
+def _chunked(fn, logits: Tensor, labels: Tensor | None, chunk_rows: int, chunk_tokens: int,
+             temperature: float) -> Tensor:
+    """``fn`` over (rows, positions) chunks of ``logits`` (N, T, V), concatenated back to (N, T)."""
+    from torch.utils.checkpoint import checkpoint
+    n, t = logits.shape[:2]
+    step_t = max(1, min(t, chunk_tokens // max(1, min(chunk_rows, n))))
+    grad = logits.requires_grad and torch.is_grad_enabled()
+    rows_out = []
+    for lo in range(0, n, chunk_rows):
+        cols = []
+        for c in range(0, t, step_t):
+            chunk = logits[lo:lo + chunk_rows, c:c + step_t]
+            lab = None if labels is None else labels[lo:lo + chunk_rows, c:c + step_t]
+            cols.append(checkpoint(fn, chunk, lab, temperature, use_reentrant=False) if grad
+                        else fn(chunk, lab, temperature))
+        rows_out.append(torch.cat(cols, dim=1) if len(cols) > 1 else cols[0])
+    return torch.cat(rows_out, dim=0) if len(rows_out) > 1 else rows_out[0]
 
 
 # --- KL estimators (Schulman, "Approximating KL divergence", 2020) ----------------------------

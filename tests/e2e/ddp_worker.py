@@ -62,16 +62,22 @@ class StopOnLastRank:
         return trainer.acc.process_index == trainer.acc.num_processes - 1
 
 
+MODES = {
+    "fixed": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean", "algorithm.entropy_coef=0.01"],
+    "fixed_masked": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=seq-mean-token-mean"],
+    # two optimizer steps per batch, per-mini-batch global normalisers (seq-mean-token-sum: a count of rows)
+    "minibatch": ["optim.mini_batches=2", "optim.micro_batch_size=3", "optim.lr=1e-2",
+                  "algorithm.aggregation.mode=seq-mean-token-sum"],
+    "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"],
+    "train": ["run.steps=2"],
+}
+
+
 def main(mode: str, out: str) -> None:
-    overrides = {"fixed": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=token-mean",
-                           "algorithm.entropy_coef=0.01"],
-                 "fixed_masked": ["optim.micro_batch_size=3", "algorithm.aggregation.mode=seq-mean-token-mean"],
-                 "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"],
-                 }.get(mode, ["run.steps=2"])
-    cfg = tiny_config(Path(out) / "run", overrides)
+    cfg = tiny_config(Path(out) / "run", MODES[mode])
     trainer = Trainer(cfg)
-    result = run_fixed(trainer, mask_cut=mode == "fixed_masked") if mode.startswith("fixed") \
-        else {"summary": trainer.train()}
+    result = {"summary": trainer.train()} if mode in ("train", "stop") \
+        else run_fixed(trainer, mask_cut=mode == "fixed_masked")
     params = {k: v.detach().double().sum().item() for k, v in trainer.policy.state_dict().items()}
     flat = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
     result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes})

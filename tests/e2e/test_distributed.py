@@ -50,6 +50,15 @@ def test_two_process_masked_truncation_equals_single_process(tmp_path):
     assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
 
 
+def test_two_process_mini_batches_equal_single_process(tmp_path):
+    """M = 2 optimizer steps per batch: every rank's mini-batch j is its share of the global mini-batch j."""
+    two = _run(["minibatch"], tmp_path / "two", 2)
+    one = _run(["minibatch"], tmp_path / "one", 1)[0]
+    assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3
+    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
+
+
 def test_a_callback_stopping_on_one_rank_stops_every_rank(tmp_path):
     ranks = _run(["stop"], tmp_path / "stop", 2)
     assert all(r["summary"]["stopped_by"] == "callback" and r["summary"]["steps"] == 1 for r in ranks)

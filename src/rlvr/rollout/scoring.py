@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from rlvr.ops import entropy_from_logits, logprobs_from_logits
+from rlvr.ops import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
 
 
 def sequence_logprobs(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
@@ -19,15 +19,18 @@ def sequence_logprobs(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: T
 
     Positions count real tokens only, ``(mask.cumsum(-1) − 1).clamp(min=0)``, as at generation time,
     so left-padded prompts score as they were sampled. Only the last T+1 positions go through the
-    output layer. Values at untrained positions are whatever the model says there: mask them.
+    output layer, and the float32 softmax is taken chunk by chunk (never a float32 (N, T, V) copy). Values at untrained positions are whatever the model says there: mask them.
     """
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (N, P + T)
     mask = torch.cat([prompt_mask, completion_mask], dim=1).long()  # (N, P + T)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     t = completion_ids.shape[1]
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=t + 1).logits
-    logits = logits[:, :-1].float() / temperature  # (N, T, V): position P-1+t predicts token t
-    logprobs = logprobs_from_logits(logits, completion_ids)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=t + 1,
+                   use_cache=False).logits
+    logits = logits[:, :-1]  # (N, T, V) in the model's dtype: position P-1+t predicts token t
+    if with_entropy and entropy_grad:
+        return logprobs_and_entropy(logits, completion_ids, temperature=temperature)
+    logprobs = logprobs_from_logits(logits, completion_ids, temperature=temperature)
     if not with_entropy:
         return logprobs, None
-    return logprobs, entropy_from_logits(logits if entropy_grad else logits.detach())
+    return logprobs, entropy_from_logits(logits.detach(), temperature=temperature)

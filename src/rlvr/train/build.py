@@ -90,21 +90,31 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
 
 
 def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
-    """The policy and tokenizer: a local checkpoint when ``model.path`` is set, else the tiny testbed model."""
+    """The policy and tokenizer: a local checkpoint when ``model.path`` is set, else the tiny testbed
+    model; in the configured dtype, attention kernel and gradient checkpointing (``precision``)."""
     from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load_tokenizer
-    if cfg.model.path:
-        return load_model(cfg.model.path), load_tokenizer(cfg.model.path)
+    from rlvr.train.precision import check_attention, configure_policy, load_dtype
+    m = cfg.model
+    if m.path:
+        check_attention(m.attn_implementation)  # a missing kernel fails before loading
+        model = load_model(m.path, dtype=load_dtype(cfg), attn_implementation=m.attn_implementation)
+        return configure_policy(model, cfg), load_tokenizer(m.path)
     tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, hidden=cfg.model.hidden, layers=cfg.model.layers,
-                             heads=cfg.model.heads, seed=cfg.run.seed)
-    return model, tokenizer
+    model = build_tiny_model(tokenizer, hidden=m.hidden, layers=m.layers, heads=m.heads, seed=cfg.run.seed)
+    return configure_policy(model, cfg), tokenizer
 
 
 def build_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters (in their own dtype: float32 master weights under mixed
+    precision, a warning for half precision); the schedule counts optimizer steps, ``ppo_epochs`` ×
+    ``mini_batches`` per RL step."""
+    from rlvr.train.precision import warn_half_updates
     o = cfg.optim
     params = [p for p in model.parameters() if p.requires_grad]
+    warn_half_updates(params)
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-    return optimizer, lr_schedule(optimizer, o.schedule, o.warmup_steps, max(cfg.run.steps * o.ppo_epochs, 1))
+    total = max(cfg.run.steps * o.ppo_epochs * o.mini_batches, 1)
+    return optimizer, lr_schedule(optimizer, o.schedule, o.warmup_steps, total)
 
 
 def lr_schedule(optimizer: torch.optim.Optimizer, schedule: str, warm: int, total: int) -> Any:

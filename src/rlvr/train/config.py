@@ -31,12 +31,28 @@ class PluginSpec:
     params: dict = param({}, "hyperparameters of the plug-in's Config")
 
 
+MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTENTION = ("sdpa", "eager", "flash_attention_2")
+MIXED_PRECISION = ("no", "bf16", "fp16")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     path: str | None = param(None, "a local Hugging Face checkpoint; None builds the tiny testbed model")
     hidden: int = param(128, "tiny model: hidden size")
     layers: int = param(2, "tiny model: decoder layers")
     heads: int = param(4, "tiny model: attention heads")
+    dtype: str = param("auto", "parameter dtype at load: float32 | bfloat16 | float16 | auto (the checkpoint's "
+                               "own; float32 for the tiny model; float32 under run.mixed_precision)")
+    attn_implementation: str = param("sdpa", "attention kernel: sdpa | eager | flash_attention_2 (when installed)")
+    gradient_checkpointing: bool = param(False, "recompute each decoder layer's activations in the backward pass "
+                                                "(less memory, ~30% more compute); off during generation")
+
+    def __post_init__(self) -> None:
+        checks = {"dtype": (self.dtype, MODEL_DTYPES), "attn_implementation": (self.attn_implementation, ATTENTION)}
+        for name, (value, valid) in checks.items():
+            if value not in valid:
+                raise ValueError(f"model.{name} must be one of {' | '.join(valid)}, got '{value}'")
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,7 @@ class RolloutConfig:
     verify_workers: int = param(-1, "verifier pool processes scoring a batch in parallel (-1 = one per CPU "
                                     "core; 0 = verify in-process, one call at a time); tasks with bounded "
                                     "checks (needs_timeout = False) always verify in-process")
+    micro_batch_size: int = param(0, "rows per generation and no-grad scoring forward (0 = the whole local batch)")
     engine: str = param("loop", "generation engine: loop | hf | specroll (speculative, exact) | vllm (GPU extra)")
     engine_params: dict = param({}, "options of the engine: specroll (rlvr.rollout.speculative.SpecRollConfig), "
                                     "vllm (rlvr.rollout.vllm_engine.VLLMConfig)")
@@ -131,9 +148,21 @@ class OptimConfig:
     weight_decay: float = param(0.0, "AdamW weight decay")
     grad_clip: float = param(1.0, "max global gradient norm (0 = off)")
     schedule: str = param("constant", "constant | linear | cosine (after warm-up)")
-    warmup_steps: int = param(0, "linear learning-rate warm-up steps")
+    warmup_steps: int = param(0, "linear learning-rate warm-up (optimizer steps: ppo_epochs x mini_batches a step)")
     ppo_epochs: int = param(1, "passes over each batch")
+    mini_batches: int = param(1, "optimizer steps per batch and epoch, each on every M-th row of the local "
+                                 "batch (verl ppo_mini_batch_size = rows / M); behaviour log-probs come from "
+                                 "before the first")
+    old_logprobs: str = param("recompute", "behaviour log-probs of the ratio: recompute (the policy before the "
+                                           "first step) | rollout (the sampler's; bypass mode, no extra pass)")
     micro_batch_size: int = param(0, "rows per forward/backward (0 = the whole local batch)")
+
+    def __post_init__(self) -> None:
+        if self.mini_batches < 1 or self.ppo_epochs < 1:
+            raise ValueError(f"optim.mini_batches and optim.ppo_epochs must be >= 1, got {self.mini_batches}, "
+                             f"{self.ppo_epochs}")
+        if self.old_logprobs not in ("recompute", "rollout"):
+            raise ValueError(f"optim.old_logprobs must be recompute | rollout, got '{self.old_logprobs}'")
 
 
 @dataclass(frozen=True)
@@ -193,11 +222,16 @@ class RunConfig:
                                 "arguments of the class)")
     overwrite: bool = param(False, "start a fresh run even when out_dir holds one (it is archived next to it "
                                    "as <out_dir>.archived-<time>, never deleted); CLI: --overwrite")
+    mixed_precision: str = param("no", "no | bf16 | fp16: autocast the policy's forward passes, float32 master "
+                                       "weights and optimizer state (fp16 adds a gradient scaler)")
 
     def __post_init__(self) -> None:
         bad = [c.name for c in self.callbacks if c.name.count(":") != 1]
         if bad:
             raise ConfigError(f"run.callbacks: expected 'pkg.module:Object' names, got {bad}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise ValueError(f"run.mixed_precision must be one of {' | '.join(MIXED_PRECISION)}, "
+                             f"got '{self.mixed_precision}'")
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: A
     own trainer (``plugin.trainer(cfg, model=..., tokenizer=...)``), which offers the same surface:
     ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``. ``callbacks``
     (rlvr.train.callbacks) join those named in ``run.callbacks``."""
+    from rlvr.train.precision import check_supported
+    check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     if cfg.optim.name == "adamw":
         return Trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks)
     from rlvr.train.build import build_plugin
@@ -95,6 +97,8 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     Plug-ins, parameters and the run folder are checked first; a fresh run refuses a folder holding
     another run unless ``run.overwrite``; the folder is locked while the run writes it. The evaluations
     before and after verify in the run's verifier pool too."""
+    from rlvr.train.precision import check_supported
+    check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     validate_run(cfg)
     main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
     with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):

@@ -21,10 +21,11 @@ import yaml
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from rlvr.batching import micro_batches
+from rlvr.batching import micro_batches, mini_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
+from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rewards.functions import objective_weights
 from rlvr.rollout import sequence_logprobs
 from rlvr.tasks.pool import uses_pool, verifier_pool
@@ -37,6 +38,7 @@ from rlvr.train.config import Config, ConfigError, to_dict
 from rlvr.train.global_batch import apply_row_weights, gather_feedback, sum_over_ranks
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.train.movement import Movement
+from rlvr.train.precision import autocast, configure_policy, grad_scaler
 from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.train.validate import context_length, fit_prompts
 from rlvr.types import AdvantageInputs, LossInputs, Rollouts
@@ -59,6 +61,7 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         if model is None:
             model, tokenizer = build_model(cfg)
+        configure_policy(model, cfg)  # dtype, attention, checkpointing (also for a model passed in)
         fit_prompts(self.parts["task"], tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
         needs_ref = cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
@@ -66,6 +69,7 @@ class Trainer:
         self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps) if cfg.critic.enabled else None
         optimizer, self.scheduler = build_optimizer(cfg, model)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
+        self.scaler = grad_scaler(cfg, self.acc.device)  # fp16 mixed precision only
         if self.ref_model is not None:  # prepare() moved the policy; the frozen copy follows it
             self.ref_model.to(self.acc.device)
         self.timer = PhaseTimer()
@@ -130,7 +134,7 @@ class Trainer:
         """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""
         model = self.policy
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.cfg, self.acc.device):
             batch, metrics = self.collector.collect(model, self.step)
         selector = self.parts["selector"]
         with self.timer("observe"):  # the global batch, so every rank's selector sees the same rows
@@ -146,7 +150,7 @@ class Trainer:
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
         if self.cfg.algorithm.kl_coef > 0 and not warm:
             with self.timer("logprobs"), torch.no_grad():
-                batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
+                batch.ref_logprobs = self._scored(batch, model=self.ref_model)[0]
         model.train()
         movement = Movement(None if warm else selector.update_measure, self._trainable(),
                             lambda: self._scored(batch)[0], batch.completion_mask,
@@ -167,27 +171,55 @@ class Trainer:
         return self._mean_over_ranks(metrics), batch
 
     def update(self, batch: Rollouts) -> dict[str, float]:
-        """Loss, backward and optimizer step(s) on ``batch`` with global normalisers."""
-        norm = self._global_normalisers(batch.completion_mask)
-        # Weights do not change within the first epoch, so unless the sampler gave behaviour
-        # log-probs, the first epoch's forward is the behaviour policy (no extra pass).
-        fill_old = batch.old_logprobs is None
-        if fill_old:
-            batch.old_logprobs = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
+        """``ppo_epochs`` × ``mini_batches`` optimizer steps on ``batch``, each with global normalisers.
+
+        Behaviour log-probs (the ratio's denominator) are fixed before the first step: the sampler's
+        own, the rollout's (``optim.old_logprobs: rollout``), a no-grad pass (several mini-batches),
+        or else the first epoch's forward (weights do not change within it: no extra pass).
+        """
+        o = self.cfg.optim
+        minis = mini_batches(batch.num_rows, o.mini_batches)
+        fill_old = self._behaviour_logprobs(batch)
         out: dict[str, float] = {}
-        for epoch in range(self.cfg.optim.ppo_epochs):
-            mbs = micro_batches(batch.num_rows, self.cfg.optim.micro_batch_size)
+        for epoch in range(o.ppo_epochs):
             sums: dict[str, float] = {}
-            for i, rows in enumerate(mbs):
-                sync = i == len(mbs) - 1
-                with (nullcontext() if sync else self.acc.no_sync(self.model)):
-                    step_metrics = self._micro_step(batch, rows, fill_old and epoch == 0, norm)
-                for key, value in step_metrics.items():
-                    sums[key] = sums.get(key, 0.0) + value
-            with self.timer("optimizer"):
-                out.update(self._optimizer_step())
+            for rows in minis:  # metrics: the mean over mini-batches
+                for key, value in self._mini_step(batch, rows, fill_old and epoch == 0).items():
+                    sums[key] = sums.get(key, 0.0) + value / len(minis)
             out.update(sums)
         return out
+
+    def _behaviour_logprobs(self, batch: Rollouts) -> bool:
+        """Fill ``batch.old_logprobs`` before any step; True when the first epoch's forward must fill them."""
+        if batch.old_logprobs is not None:
+            return False
+        if self.cfg.optim.old_logprobs == "rollout":
+            if batch.rollout_logprobs is None:
+                raise ConfigError(f"optim.old_logprobs=rollout needs the sampler's log-probs, but "
+                                  f"'{self.cfg.rollout.sampler.name}' gives none; use recompute")
+            batch.old_logprobs = batch.rollout_logprobs.detach().float()
+            return False
+        if self.cfg.optim.mini_batches > 1:  # the policy moves between mini-batches: score all rows first
+            with self.timer("old_logprobs"):
+                batch.old_logprobs = self._scored(batch)[0]
+            return False
+        batch.old_logprobs = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
+        return True
+
+    def _mini_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool) -> dict[str, float]:
+        """Gradient accumulation over the micro-batches of ``rows``, then one optimizer step."""
+        norm = self._global_normalisers(batch.completion_mask[rows])
+        mbs = micro_batches(rows.numel(), self.cfg.optim.micro_batch_size)
+        sums: dict[str, float] = {}
+        for i, idx in enumerate(mbs):
+            sync = i == len(mbs) - 1
+            with (nullcontext() if sync else self.acc.no_sync(self.model)):
+                step_metrics = self._micro_step(batch, rows[idx], fill_old, norm, idx.numel() / rows.numel())
+            for key, value in step_metrics.items():
+                sums[key] = sums.get(key, 0.0) + value
+        with self.timer("optimizer"):
+            sums.update(self._optimizer_step())
+        return sums
 
     # --- phases -----------------------------------------------------------------------------
 
@@ -236,7 +268,8 @@ class Trainer:
             return first_mistake_tokens(teacher, batch.problems, batch.texts, self.tokenizer,
                                         batch.completion_ids, batch.attention)
 
-    def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict) -> dict[str, float]:
+    def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict,
+                    share: float) -> dict[str, float]:
         with self.timer("forward"):
             logp, ent = self._logprobs(self.model, batch, rows=rows, entropy=True)
         if fill_old:
@@ -252,14 +285,17 @@ class Trainer:
         with self.timer("loss"):
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):
-            self.acc.backward(loss)
-        # Loss terms are already this micro-batch's share of the global value (they add up);
-        # per-call diagnostics (clip fractions, entropy means) are averaged by row share.
-        share = rows.numel() / batch.num_rows
+            self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
+        # Loss terms are already this micro-batch's share of the mini-batch's global value (they add
+        # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share.
         out = {}
         for key, value in {"loss/total": loss.detach(), **metrics}.items():
             out[key] = float(value) if key in _ADDITIVE else float(value) * share
         out["rollout/entropy"] = ent.detach()[inputs.mask].mean().item() * share if ent is not None else 0.0
+        # How far the policy has moved from the behaviour policy: k3 estimate of KL(π_old ‖ π_θ) on the
+        # sampled tokens, >= 0 (loss/approx_kl is verl's signed ppo_kl); 0 before the first step.
+        moved = kl_estimate(old, logp.detach(), "k3", clamp=None)
+        out["loss/behaviour_kl"] = masked_mean(moved, inputs.mask).item() * share
         return out
 
     def _reweight(self, batch: Rollouts, rows: torch.Tensor, logp: torch.Tensor,
@@ -294,12 +330,21 @@ class Trainer:
 
     def _optimizer_step(self) -> dict[str, float]:
         clip = self.cfg.optim.grad_clip
+        if self.scaler is not None:  # fp16: true gradients before clipping
+            self.scaler.unscale_(self.optimizer)
         params = [p for p in self.model.parameters() if p.grad is not None]
         total = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
         if not torch.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:  # an fp16 overflow: skip this step with a smaller scale
+                self.scaler.update()
+                return {"optim/grad_norm": 0.0, "optim/skipped": 1.0}
             raise NonFiniteLossError(f"gradient norm is {total.item()}; the update was skipped")
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"optim/grad_norm": total.item()}
@@ -307,17 +352,21 @@ class Trainer:
     def _logprobs(self, model: torch.nn.Module, batch: Rollouts, rows: torch.Tensor | None = None,
                   entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         sel = slice(None) if rows is None else rows
-        return sequence_logprobs(model, batch.prompt_ids[sel], batch.prompt_mask[sel], batch.completion_ids[sel],
-                                 batch.attention[sel], temperature=self.cfg.rollout.temperature,
-                                 with_entropy=entropy, entropy_grad=entropy and self.cfg.algorithm.entropy_coef > 0)
+        with autocast(self.cfg, self.acc.device):
+            return sequence_logprobs(model, batch.prompt_ids[sel], batch.prompt_mask[sel], batch.completion_ids[sel],
+                                     batch.attention[sel], temperature=self.cfg.rollout.temperature,
+                                     with_entropy=entropy, entropy_grad=entropy and self.cfg.algorithm.entropy_coef > 0)
 
-    def _scored(self, batch: Rollouts, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """No-grad log-probs (and entropies) (N, T) of the batch under the current policy, micro-batched."""
-        policy, training = self.policy, self.policy.training
+    def _scored(self, batch: Rollouts, entropy: bool = False,
+                model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """No-grad log-probs (and entropies) (N, T) of the batch under ``model`` (default: the current
+        policy), ``rollout.micro_batch_size`` rows a forward."""
+        policy = self.policy if model is None else model
+        training = policy.training
         policy.eval()
         with torch.no_grad():
             parts = [self._logprobs(policy, batch, rows=rows, entropy=entropy)
-                     for rows in micro_batches(batch.num_rows, self.cfg.optim.micro_batch_size)]
+                     for rows in micro_batches(batch.num_rows, self.cfg.rollout.micro_batch_size)]
         policy.train(training)
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]) if entropy else None
 
