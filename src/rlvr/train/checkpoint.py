@@ -48,7 +48,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
     final = root / f"step_{step:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
     try:
-        weights = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+        weights = {k: v.detach().contiguous().clone() for k, v in policy_state_dict(model).items()}
         save_file(_untie(weights), str(tmp / "model.safetensors"))
         opt_tensors, opt_meta = _flatten_optimizer(optimizer)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
@@ -209,13 +209,20 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
     return state
 
 
+def policy_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """What a checkpoint keeps of the policy: a LoRA policy's adapter (its frozen base is rebuilt from
+    ``model.path`` or kept once in RUN/reference), any other model's full state dict."""
+    from rlvr.models.lora import is_lora, trainable_state_dict
+    return trainable_state_dict(model) if is_lora(model) else model.state_dict()
+
+
 def _load_model(path: Path, model: torch.nn.Module, filename: str = "model.safetensors") -> None:
     weights = _tensors(path / filename)
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    state = model.state_dict()
+    state = policy_state_dict(model)
     loaded_ptrs = {state[k].data_ptr() for k in weights if k in state}
     shared = {k for k, v in state.items() if v.data_ptr() in loaded_ptrs}  # tied to a loaded tensor
-    if unexpected or set(missing) - shared:
+    if unexpected or (set(missing) & set(state)) - shared:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
 
 

@@ -37,6 +37,28 @@ MIXED_PRECISION = ("no", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
+class LoraSpec:
+    """``model.lora``: a LoRA adapter on the policy (None or ``{}`` = full fine-tuning)."""
+
+    r: int = param(16, "adapter rank r")
+    alpha: float = param(32.0, "scale numerator: the update is (alpha / r) * B A")
+    dropout: float = param(0.0, "dropout on the adapter's input")
+    target_modules: tuple = param(("all-linear",), "module names that get an adapter (e.g. [q_proj, v_proj]); "
+                                                   "'all-linear' = every linear layer except the output head")
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ValueError(f"model.lora.r must be >= 1, got {self.r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.lora.dropout must be in [0, 1), got {self.dropout}")
+        targets = (self.target_modules,) if isinstance(self.target_modules, str) else tuple(self.target_modules)
+        if not targets or not all(isinstance(t, str) and t for t in targets):
+            raise ValueError(f"model.lora.target_modules must be a non-empty list of module names, "
+                             f"got {self.target_modules!r}")
+        object.__setattr__(self, "target_modules", targets)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     path: str | None = param(None, "a local Hugging Face checkpoint; None builds the tiny testbed model")
     hidden: int = param(128, "tiny model: hidden size")
@@ -47,6 +69,8 @@ class ModelConfig:
     attn_implementation: str = param("sdpa", "attention kernel: sdpa | eager | flash_attention_2 (when installed)")
     gradient_checkpointing: bool = param(False, "recompute each decoder layer's activations in the backward pass "
                                                 "(less memory, ~30% more compute); off during generation")
+    lora: LoraSpec | None = param(None, "LoRA adapter {r, alpha, dropout, target_modules} through peft; the "
+                                        "reference is the base with the adapter off; None or {} = full fine-tune")
 
     def __post_init__(self) -> None:
         checks = {"dtype": (self.dtype, MODEL_DTYPES), "attn_implementation": (self.attn_implementation, ATTENTION)}
@@ -248,6 +272,9 @@ class Config:
     def __post_init__(self) -> None:
         from rlvr.train.validate import check_ranges  # numeric ranges: one line naming the key
         check_ranges(self)
+        if self.model.lora is not None and self.optim.name != "adamw":
+            raise ValueError(f"model.lora: optimizer '{self.optim.name}' runs its own training loop on the full "
+                             f"weights and does not take a LoRA policy; remove model.lora or use optim.name=adamw")
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -363,6 +390,8 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             return None
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
         origin = typing.get_origin(hint)
+        if dataclasses.is_dataclass(hint):  # an optional section: {} means "off", like None
+            return from_dict(hint, value, where) if value != {} else None
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, str):

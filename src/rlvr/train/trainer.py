@@ -25,6 +25,7 @@ from rlvr.batching import micro_batches, mini_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
+from rlvr.models.lora import add_lora, is_lora, reference_of
 from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rewards.functions import objective_weights
 from rlvr.rollout import sequence_logprobs
@@ -59,14 +60,18 @@ class Trainer:
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
         torch.manual_seed(cfg.run.seed)
-        if model is None:
+        built = model is None
+        if built:
             model, tokenizer = build_model(cfg)
         configure_policy(model, cfg)  # dtype, attention, checkpointing (also for a model passed in)
         fit_prompts(self.parts["task"], tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
-        needs_ref = cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
-        self.ref_model = self._frozen_copy(model) if needs_ref else None
+        # The critic copies the plain backbone (init: policy) before any adapter goes on the policy.
         self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps) if cfg.critic.enabled else None
+        model.zero_grad(set_to_none=True)  # gradients a warm start left would join the first step's
+        if cfg.model.lora is not None and not is_lora(model):
+            model = add_lora(model, cfg.model.lora, seed=cfg.run.seed)
+        self.ref_model, self._ref_on_disk = self._reference(model, base_from_path=built and bool(cfg.model.path))
         optimizer, self.scheduler = build_optimizer(cfg, model)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.scaler = grad_scaler(cfg, self.acc.device)  # fp16 mixed precision only
@@ -420,7 +425,7 @@ class Trainer:
         for key, plugin in self._stateful_plugins().items():  # e.g. FADE's entropy target
             if key in state.get("plugins", {}):
                 plugin.load_state_dict(state["plugins"][key])
-        if self.ref_model is not None:
+        if self._ref_on_disk:
             load_weights(self.run_dir / "reference", self.ref_model)
 
     def _stateful_plugins(self) -> dict[str, Any]:
@@ -433,8 +438,17 @@ class Trainer:
     def _write_run_files(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False))
-        if self.ref_model is not None:  # resume needs the exact reference, not a rebuilt one
+        if self._ref_on_disk:  # resume needs the exact reference, not a rebuilt one
             save_weights(self.run_dir / "reference", self.ref_model)
+
+    def _reference(self, model: torch.nn.Module, base_from_path: bool) -> tuple[torch.nn.Module | None, bool]:
+        """The frozen reference (KL term, reference samplers) and whether the run folder keeps its weights.
+        A LoRA policy's reference is its base with the adapter off (no copy); it is kept on disk (once,
+        in RUN/reference) because checkpoints hold only the adapter, unless ``model.path`` rebuilds it."""
+        if is_lora(model):
+            return reference_of(model), not base_from_path
+        needs_ref = self.cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
+        return (self._frozen_copy(model), True) if needs_ref else (None, False)
 
     @staticmethod
     def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

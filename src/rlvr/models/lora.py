@@ -1,0 +1,121 @@
+"""A LoRA policy from config (``model.lora``) through ``peft``, and its adapter-disabled reference.
+
+LoRA (Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", arXiv:2106.09685):
+``W x + (alpha / r) · B A x`` with ``A (r, in)`` random, ``B (out, r)`` zero at the start, so the
+wrapped policy starts equal to its base. Only ``A`` and ``B`` train; the base stays frozen, which
+makes the base itself the KL / sampler reference: the same module with the adapter switched off
+(``peft``'s ``disable_adapter()``), never a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+from rlvr.train.config import LoraSpec
+
+
+def add_lora(model: torch.nn.Module, spec: LoraSpec, seed: int = 0) -> torch.nn.Module:
+    """``model`` wrapped by a fresh LoRA adapter (a ``PeftModelForCausalLM``); base weights frozen.
+    ``seed`` draws the adapter's ``A`` without touching the caller's RNG."""
+    from peft import LoraConfig, get_peft_model
+    targets: Any = "all-linear" if spec.target_modules == ("all-linear",) else list(spec.target_modules)
+    config = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
+                        task_type="CAUSAL_LM")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            return get_peft_model(model, config)
+        except ValueError as err:  # e.g. a target module name the model does not have
+            raise ValueError(f"model.lora: {err}") from err
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    """True for a ``peft`` model (possibly inside a DDP / accelerate wrapper)."""
+    from peft import PeftModel
+    return isinstance(getattr(model, "module", model), PeftModel)
+
+
+def trainable_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter weights of a LoRA policy, by their ``state_dict`` names (what a checkpoint keeps)."""
+    names = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in model.state_dict().items() if k in names}
+
+
+def base_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The frozen base weights of a LoRA policy, by their ``state_dict`` names."""
+    names = {n for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in model.state_dict().items() if k not in names}
+
+
+class AdapterDisabled(torch.nn.Module):
+    """The base of a LoRA policy as a module of its own: every call runs with the adapter off.
+
+    It shares every tensor with the policy (nothing is copied); attribute reads (``config``,
+    ``generation_config``, ``get_output_embeddings``) go to the policy. Used as the trainer's frozen
+    reference (KL term, anchor / prefix samplers)."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.policy.disable_adapter():
+            return self.policy(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        with self.policy.disable_adapter():
+            return self.policy.generate(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["policy"], name)
+
+    def train(self, mode: bool = True) -> "AdapterDisabled":
+        return self  # the policy's mode belongs to the trainer; the reference never flips it
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        """The reference's weights: the policy's frozen base (adapter tensors left out)."""
+        return base_state_dict(self.policy)
+
+    def load_state_dict(self, state: Any, strict: bool = True, assign: bool = False) -> Any:
+        """Load base weights into the policy; only base tensors count as missing."""
+        missing, unexpected = self.policy.load_state_dict(state, strict=False, assign=assign)
+        base = set(base_state_dict(self.policy))
+        result = torch.nn.modules.module._IncompatibleKeys([k for k in missing if k in base], unexpected)
+        if strict and (result.missing_keys or result.unexpected_keys):
+            raise RuntimeError(f"reference weights do not match the policy's base: {result}")
+        return result
+
+
+def reference_of(policy: torch.nn.Module) -> AdapterDisabled:
+    """The adapter-disabled view of a LoRA ``policy`` (the frozen reference without a copy)."""
+    return AdapterDisabled(policy)
+
+
+def named_merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) in the base model's Hugging Face naming with every adapter merged in
+    (``W + (alpha/r) B A``), computed layer by layer without copying the model; for a plain model its
+    own state dict. What a weight sync to vLLM sends."""
+    inner = getattr(model, "module", model)
+    if not is_lora(inner):
+        yield from ((k, v.detach()) for k, v in inner.state_dict().items())
+        return
+    base = inner.get_base_model()
+    deltas = {}
+    for name, module in base.named_modules():
+        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+            for adapter in module.active_adapters:
+                if adapter in getattr(module, "lora_A", {}):
+                    deltas[f"{name}.base_layer.weight"] = deltas.get(f"{name}.base_layer.weight", 0) + \
+                        module.get_delta_weight(adapter)
+    for key, tensor in base.state_dict().items():
+        if ".lora_" in key:
+            continue
+        value = tensor.detach()
+        if key in deltas:
+            value = value + deltas[key].to(value.dtype)
+        yield key.replace(".base_layer.", "."), value
