@@ -1,4 +1,4 @@
-"""The ``rlvr`` command line: quickstart, train, sft, eval, list."""
+"""The ``rlvr`` command line: quickstart, train, sft, eval, export, list."""
 
 from __future__ import annotations
 
@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="small", help="tiny | small | 30m | 100m | 0.5b (rlvr.models.real.SIZES)")
     p.add_argument("--problems", type=int, default=2000, help="word problems in the JSONL")
     p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("export", help="a run folder (its latest checkpoint) or a checkpoint folder as a Hugging "
+                                      "Face folder (save_pretrained; LoRA: merged model + OUT/adapter)")
+    p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a run folder or RUN/checkpoints/step_N")
+    p.add_argument("out", help="output folder (replaced if it exists)")
 
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -217,7 +222,13 @@ def cmd_example(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"example": cmd_example, "compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlvr.models.export import export_run
+    print(json.dumps(export_run(args.source, args.out), indent=2))
+    return 0
+
+
+_COMMANDS = {"export": cmd_export, "example": cmd_example, "compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
 
 if __name__ == "__main__":
     sys.exit(main())

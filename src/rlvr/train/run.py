@@ -127,6 +127,8 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
     if not trainer.acc.is_main_process:
         return {}
     if trainer.acc.is_main_process:
+        from rlvr.models.export import export_policy
+        summary["final"] = str(export_policy(trainer.policy, trainer.tokenizer, Path(cfg.run.out_dir) / "final"))
         after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
         if hasattr(trainer, "callbacks"):
             trainer.callbacks.evaluate(trainer, trainer.step, after)
@@ -153,13 +155,9 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
     from rlvr.train.config import load_config, replace
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built
+        from rlvr.models.export import load_run_policy
         cfg = load_config(folder / "config.yaml", overrides)
-        from rlvr.train.checkpoint import latest_checkpoint, load_weights
-        model, tokenizer = build_model(cfg)
-        ckpt = latest_checkpoint(folder)
-        if ckpt is None:
-            raise FileNotFoundError(f"run folder {folder} has no checkpoint")
-        load_weights(ckpt, model)
+        model, tokenizer, _ = load_run_policy(folder, overrides)
     else:
         cfg = load_config(None, [f"task.name={task}", *(overrides or [])])
         model, tokenizer = load_model(folder), load_tokenizer(folder)
