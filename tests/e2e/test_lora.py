@@ -10,6 +10,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+pytest.importorskip("peft")
+
 from rlvr.models.lora import is_lora
 from rlvr.rollout import sequence_logprobs
 from rlvr.train.build import build_model

@@ -19,7 +19,10 @@ from rlvr.train.config import LoraSpec
 def add_lora(model: torch.nn.Module, spec: LoraSpec, seed: int = 0) -> torch.nn.Module:
     """``model`` wrapped by a fresh LoRA adapter (a ``PeftModelForCausalLM``); base weights frozen.
     ``seed`` draws the adapter's ``A`` without touching the caller's RNG."""
-    from peft import LoraConfig, get_peft_model
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ValueError(f"model.lora needs the peft package (pip install 'rlvr[lora]'): {err}") from err
     targets: Any = "all-linear" if spec.target_modules == ("all-linear",) else list(spec.target_modules)
     config = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
                         task_type="CAUSAL_LM")
@@ -33,7 +36,10 @@ def add_lora(model: torch.nn.Module, spec: LoraSpec, seed: int = 0) -> torch.nn.
 
 def is_lora(model: torch.nn.Module) -> bool:
     """True for a ``peft`` model (possibly inside a DDP / accelerate wrapper)."""
-    from peft import PeftModel
+    try:
+        from peft import PeftModel
+    except ImportError:  # no peft, no LoRA model
+        return False
     return isinstance(getattr(model, "module", model), PeftModel)
 
 
@@ -97,25 +103,13 @@ def reference_of(policy: torch.nn.Module) -> AdapterDisabled:
 
 
 def named_merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) in the base model's Hugging Face naming with every adapter merged in
-    (``W + (alpha/r) B A``), computed layer by layer without copying the model; for a plain model its
-    own state dict. What a weight sync to vLLM sends."""
-    inner = getattr(model, "module", model)
-    if not is_lora(inner):
-        yield from ((k, v.detach()) for k, v in inner.state_dict().items())
-        return
-    base = inner.get_base_model()
-    deltas = {}
-    for name, module in base.named_modules():
-        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
-            for adapter in module.active_adapters:
-                if adapter in getattr(module, "lora_A", {}):
-                    deltas[f"{name}.base_layer.weight"] = deltas.get(f"{name}.base_layer.weight", 0) + \
-                        module.get_delta_weight(adapter)
+    """(name, tensor) in the base model's Hugging Face naming with the adapter merged in
+    (``W + (alpha/r) B A``, layer by layer, no copy of the model): what a weight sync to vLLM sends."""
+    base = getattr(model, "module", model).get_base_model()
+    deltas = {f"{name}.base_layer.weight": module.get_delta_weight(module.active_adapters[0])
+              for name, module in base.named_modules()
+              if hasattr(module, "get_delta_weight") and module.active_adapters[0] in getattr(module, "lora_A", {})}
     for key, tensor in base.state_dict().items():
-        if ".lora_" in key:
-            continue
-        value = tensor.detach()
-        if key in deltas:
-            value = value + deltas[key].to(value.dtype)
-        yield key.replace(".base_layer.", "."), value
+        if ".lora_" not in key:
+            value = tensor.detach() + deltas[key].to(tensor.dtype) if key in deltas else tensor.detach()
+            yield key.replace(".base_layer.", "."), value

@@ -25,6 +25,7 @@ Nothing here imports vLLM until an engine is built, so the rest of rlvr never ne
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 import weakref
@@ -34,6 +35,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
+from rlvr.models.lora import is_lora, named_merged_weights
 from rlvr.registry import RegistryError, make_config, param
 
 SYNC_MODES = ("auto", "manual")
@@ -151,8 +153,12 @@ def parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
 
 def named_weights(model: torch.nn.Module) -> Iterable[tuple[str, Tensor]]:
     """(name, tensor) pairs in Hugging Face naming (vLLM's ``load_weights`` maps them), unwrapped
-    from DDP / accelerate; tied weights appear under every name, as in a checkpoint."""
+    from DDP / accelerate; tied weights appear under every name, as in a checkpoint. A LoRA policy
+    sends its base with the adapter merged in."""
     inner = getattr(model, "module", model)
+    if is_lora(inner):
+        yield from named_merged_weights(inner)
+        return
     for name, tensor in inner.state_dict().items():
         yield name, tensor.detach()
 
@@ -171,7 +177,8 @@ def _build_llm(model: torch.nn.Module, config: VLLMConfig) -> Any:
     path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
     if not os.path.isdir(path):
         path = tempfile.mkdtemp(prefix="rlvr_vllm_")
-        getattr(model, "module", model).save_pretrained(path)
+        inner = getattr(model, "module", model)
+        (copy.deepcopy(inner).merge_and_unload() if is_lora(inner) else inner).save_pretrained(path)
     kwargs: dict[str, Any] = {"model": path, "skip_tokenizer_init": True, "dtype": config.dtype,
                               "gpu_memory_utilization": config.gpu_memory_utilization,
                               "tensor_parallel_size": config.tensor_parallel_size,
