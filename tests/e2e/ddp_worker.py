@@ -71,6 +71,7 @@ MODES = {
     "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"],
     "train": ["run.steps=2"],
 }
+MODES["fixed_lora"] = [*MODES["fixed"], "model.lora.r=4", "model.lora.alpha=8", "optim.lr=1e-2"]  # a LoRA policy
 
 
 def main(mode: str, out: str) -> None:

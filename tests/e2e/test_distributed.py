@@ -65,6 +65,18 @@ def test_a_callback_stopping_on_one_rank_stops_every_rank(tmp_path):
     assert _max_diff(ranks[0]["flat"], ranks[1]["flat"]) == 0.0
 
 
+def test_two_process_lora_update_equals_single_process(tmp_path):
+    """With a LoRA policy (only the adapter trains) the 2-rank update equals 1 process too."""
+    pytest.importorskip("peft")
+    two = _run(["fixed_lora"], tmp_path / "two", 2)
+    one = _run(["fixed_lora"], tmp_path / "one", 1)[0]
+    assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3
+    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
+    adapter = {k: v for k, v in one["params"].items() if "lora_B" in k}
+    assert adapter and any(v != 0.0 for v in adapter.values())  # B left zero: the adapter trained
+
+
 def test_two_process_training_keeps_ranks_identical(tmp_path):
     ranks = _run(["train"], tmp_path / "train", 2)
     assert all(r["world"] == 2 and r["summary"]["steps"] == 2 for r in ranks)
