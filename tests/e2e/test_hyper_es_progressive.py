@@ -54,6 +54,9 @@ def test_progressive_preset_distils_quantises_and_bounds(tmp_path, capsys):
     assert info["num_values"] == 7 and info["bits"] == 4
     assert info["code_bits"] == 5 + 5 + 64 + 7 * 4  # Elias-gamma(7) + Elias-gamma(4) + two floats + codes
     assert latest_checkpoint(tmp_path) is not None
+    from transformers import AutoModelForCausalLM  # RUN/final: TinyLoRA folded, the base's own layout
+    _, loading = AutoModelForCausalLM.from_pretrained(str(tmp_path / "final"), output_loading_info=True)
+    assert not any(loading.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
     capsys.readouterr()
     assert main(["bound", str(tmp_path), "--problems", "8", "--max-new-tokens", "6"]) == 0
     report = json.loads(capsys.readouterr().out)

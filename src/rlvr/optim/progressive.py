@@ -137,6 +137,10 @@ class ProgressiveTrainer(LocalTrainer):
         self.teacher: torch.nn.Module | None = None
         self.adapter: torch.nn.ParameterDict | None = None
 
+    def export_model(self) -> torch.nn.Module:
+        """The policy in its base architecture (TinyLoRA folded into the weights), for RUN/final."""
+        return self.model if self.adapter is None else merged_copy(self.model)
+
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         from rlvr.train.checkpoint import save_weights
         from rlvr.train.logging import RunLogger

@@ -128,7 +128,8 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
         return {}
     if trainer.acc.is_main_process:
         from rlvr.models.export import export_policy
-        summary["final"] = str(export_policy(trainer.policy, trainer.tokenizer, Path(cfg.run.out_dir) / "final"))
+        policy = trainer.export_model() if hasattr(trainer, "export_model") else trainer.policy  # e.g. TinyLoRA folded
+        summary["final"] = str(export_policy(policy, trainer.tokenizer, Path(cfg.run.out_dir) / "final"))
         after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
         if hasattr(trainer, "callbacks"):
             trainer.callbacks.evaluate(trainer, trainer.step, after)
