@@ -42,6 +42,7 @@ def _run(tmp_path: Path, kind: str, lora: bool, example: dict) -> tuple[Path, di
         cfg = tiny_config(tmp_path, ["run.steps=2", "optim.lr=1e-2", f"model.path={example['model']}",
                                      f"task.params.path={example['data']}", "rollout.max_new_tokens=8",
                                      "rollout.prompts_per_step=2", "rollout.group_size=2", "run.eval_problems=2",
+                                     f"run.out_dir={tmp_path}",
                                      "run.eval_k=1", *extra],
                           path=str(EXAMPLE))
     return Path(cfg.run.out_dir), train_run(cfg)
