@@ -184,3 +184,11 @@ def test_engine_modules_import_first_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "'loop'" in out.stdout and "'specroll'" in out.stdout
+
+
+def test_rollout_micro_batch_size_splits_the_engine_calls(tmp_path):
+    CountingEngine.calls = 0
+    cfg = tiny_config(str(tmp_path), [f"rollout.engine={__name__}:CountingEngine", "run.steps=1",
+                                      "rollout.micro_batch_size=5"])
+    Trainer(cfg).train()
+    assert CountingEngine.calls == 4  # 4 prompts x 4 completions = 16 rows in chunks of 5, 5, 5, 1
