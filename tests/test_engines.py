@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 
 import rlvr.rollout
 from rlvr import registry
