@@ -6,7 +6,8 @@ an engine (:mod:`rlvr.rollout.engines`, a registry kind: ``loop`` by default, ``
 (``rollout.engine`` / ``rollout.engine_params``); engine statistics come back in
 ``Generation.stats``. ``micro_batch_size`` decodes that many rows per engine call (the results are
 concatenated and padded to a common T); greedy results do not depend on it, and sampling is
-reproducible for a given seed and micro-batch size.
+reproducible for a given seed and micro-batch size. Engine statistics of a micro-batched call are
+row-weighted means over its engine calls (SpecRoll then counts each micro-batch as a window).
 
 Log-prob convention (every engine): ``logprobs[i, t] = log softmax(z_t / temperature)[y_t]`` with
 ``z_t`` the raw logits, *before* the repetition penalty and top-k / top-p / min-p filtering — the

@@ -12,7 +12,7 @@ from rlvr.rollout.engines.base import DecodeRequest, Engine
 
 @register("engine", "hf")
 class HFGenerateEngine(Engine):
-    """``model.generate(use_cache=True, output_logits=True)`` with the run's sampling settings.
+    """Hugging Face ``model.generate`` (KV cache, raw logits kept for the log-probs).
 
     Temperature, top-k, top-p, min-p and repetition penalty go to ``GenerationConfig`` as they are
     (HF's repetition penalty also counts the left padding of a shorter prompt). A seed seeds the
