@@ -219,14 +219,6 @@ class RunConfig:
     eval_k: int = param(8, "k of pass@k and maj@k in the final evaluation")
     save_every: int = param(50, "checkpoint period in steps (0 = only at the end)")
     log_samples: int = param(4, "sample completions written per logging step")
-    report_to: list[str] = param([], "experiment trackers besides metrics.jsonl: none | tensorboard | wandb | "
-                                "trackio | mlflow (a list)")
-    table_every: int = param(10, "steps between completions tables (prompt, completion, reward, advantage) "
-                                 "for trackers with tables (0 = never)")
-
-    def __post_init__(self) -> None:
-        from rlvr.train.trackers import check_report_to  # names known, packages installed
-        object.__setattr__(self, "report_to", list(check_report_to(self.report_to)))
     threads: int = param(0, "torch intra-op threads per process (0 = leave as is)")
     callbacks: list = param([], "callbacks called after each step, evaluation and save (rlvr.train.callbacks): "
                                 "'pkg.module:Object' or {name: 'pkg.module:Class', params: {...}} (keyword "
@@ -235,6 +227,10 @@ class RunConfig:
                                    "as <out_dir>.archived-<time>, never deleted); CLI: --overwrite")
     mixed_precision: str = param("no", "no | bf16 | fp16: autocast the policy's forward passes, float32 master "
                                        "weights and optimizer state (fp16 adds a gradient scaler)")
+    report_to: list[str] = param([], "experiment trackers besides metrics.jsonl: none | tensorboard | wandb | "
+                                "trackio | mlflow (a list)")
+    table_every: int = param(10, "steps between completions tables (prompt, completion, reward, advantage) "
+                                 "for trackers with tables (0 = never)")
 
     def __post_init__(self) -> None:
         bad = [c.name for c in self.callbacks if c.name.count(":") != 1]
@@ -243,6 +239,8 @@ class RunConfig:
         if self.mixed_precision not in MIXED_PRECISION:
             raise ValueError(f"run.mixed_precision must be one of {' | '.join(MIXED_PRECISION)}, "
                              f"got '{self.mixed_precision}'")
+        from rlvr.train.trackers import check_report_to  # names known, packages installed
+        object.__setattr__(self, "report_to", list(check_report_to(self.report_to)))
 
 
 @dataclass(frozen=True)
