@@ -133,3 +133,17 @@ def test_sampling_settings_out_of_range(small):
         with pytest.raises(ValueError, match=what):
             generate(model, tok, ["1"], max_new_tokens=2, **kw)
     assert math.isfinite(generate(model, tok, ["1"], max_new_tokens=2, min_p=1.0).logprobs.sum().item())
+
+
+def test_sampling_knobs_out_of_range_are_config_errors(tmp_path):
+    from rlvr.train.config import ConfigError
+    from tests.e2e.tiny import tiny_config
+    for override, message in [("rollout.min_p=1.5", r"rollout.min_p must be in \[0, 1\], got 1.5"),
+                              ("rollout.repetition_penalty=0", "rollout.repetition_penalty must be > 0"),
+                              ("rollout.micro_batch_size=-2", "rollout.micro_batch_size must be >= 0"),
+                              ("run.table_every=-1", "run.table_every must be >= 0")]:
+        with pytest.raises(ConfigError, match=message):
+            tiny_config(str(tmp_path), [override])
+    cfg = tiny_config(str(tmp_path), ["rollout.min_p=0.05", "rollout.repetition_penalty=1.1",
+                                      "rollout.micro_batch_size=8"])
+    assert (cfg.rollout.min_p, cfg.rollout.repetition_penalty, cfg.rollout.micro_batch_size) == (0.05, 1.1, 8)
