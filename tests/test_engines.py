@@ -44,7 +44,8 @@ def small():
 @pytest.mark.parametrize("engine", sorted(PINNED))
 def test_sampled_tokens_are_pinned(small, engine):
     model, tok = small
-    params = {"bootstrap_fit": False, "num_heads": 2} if engine == "specroll" else None
+    params = ({"bootstrap_fit": False, "num_heads": 2, "reflex_eta": 0.5, "reflex_eps": 2.0}  # the old defaults
+              if engine == "specroll" else None)
     gen = generate(model, tok, PIN_PROMPTS, max_new_tokens=6, temperature=0.8, top_k=8, seed=5, engine=engine,
                    engine_params=params)
     ids, sums = PINNED[engine]
@@ -101,7 +102,8 @@ def test_engine_config_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"rollout.engine_params \(loop\): unknown parameter\(s\) \['num_heads'\]"):
         tiny_config(str(tmp_path), ["rollout.engine_params.num_heads=2"])
     with pytest.raises(ConfigError, match="repetition_penalty: engine 'specroll' does not support it"):
-        tiny_config(str(tmp_path), ["rollout.engine=specroll", "rollout.repetition_penalty=1.2"])
+        tiny_config(str(tmp_path), ["rollout.engine=specroll", "rollout.engine_params.reflex=false",
+                                    "rollout.repetition_penalty=1.2"])
     with pytest.raises(ConfigError, match="cannot import plug-in module 'no_such_pkg'"):
         tiny_config(str(tmp_path), ["rollout.engine=no_such_pkg:Engine"])
     with pytest.raises(ConfigError, match="unknown parameter"):
@@ -111,7 +113,8 @@ def test_engine_config_errors(tmp_path):
 def test_keep_hidden_needs_an_engine_that_fills_it(small):
     model, tok = small
     with pytest.raises(ValueError, match="keep_hidden is not supported by the specroll engine"):
-        generate(model, tok, ["1"], max_new_tokens=2, engine="specroll", keep_hidden=True)
+        generate(model, tok, ["1"], max_new_tokens=2, engine="specroll", engine_params={"reflex": False},
+                 keep_hidden=True)
 
 
 def test_user_engine_from_an_import_path_trains_two_steps(tmp_path):
