@@ -69,7 +69,7 @@ def generation(model: Any, tok: Any, rows: int, args: argparse.Namespace) -> dic
     """Tokens per second of both engines on ``rows`` arithmetic prompts (alternating calls)."""
     from rlvr.models import format_prompt
     from rlvr.rollout import generate
-    from rlvr.rollout.speculative import engine_for
+    from rlvr.rollout.engines.specroll import engine_for
     from rlvr.tasks import Arithmetic
     problems = Arithmetic().problems(max(rows // args.group, 1), seed=args.seed + 1)
     prompts = [format_prompt(tok, p.prompt) for p in problems for _ in range(args.group)][:rows]

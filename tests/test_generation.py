@@ -9,7 +9,7 @@ import torch
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.ops import logprobs_from_logits
 from rlvr.rollout import encode_prompts, generate, sequence_logprobs
-from rlvr.rollout.hf import _filter
+from rlvr.rollout.sampling import filter_logp as _filter
 
 ENGINES = ["loop", "hf"]
 PROMPTS = ["347+285=", "9*3=", "12+7=", "1", "8765*4=", "3+3="]

@@ -10,7 +10,7 @@ import yaml
 
 from rlvr.registry import build
 from rlvr.rewards.teacher import build_teacher
-from rlvr.rollout.speculative import SpecRollConfig
+from rlvr.rollout.engines.specroll import SpecRollConfig
 
 PRESETS = Path(__file__).resolve().parents[1] / "configs" / "methods"
 

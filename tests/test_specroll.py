@@ -10,8 +10,8 @@ import torch
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import encode_prompts, generate, sequence_logprobs
 from rlvr.rollout.draft_heads import DraftHeads, fit_heads
-from rlvr.rollout.hf import _filter
-from rlvr.rollout.speculative import SpecRoll, SpecRollConfig, engine_for, reflex_update, verify_drafts
+from rlvr.rollout.sampling import filter_logp as _filter
+from rlvr.rollout.engines.specroll import SpecRoll, SpecRollConfig, engine_for, reflex_update, verify_drafts
 
 PROMPTS = ["347+285=", "9*3=", "12+7=", "1", "8765*4=", "3+3="]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.rollout.speculative import engine_for
+from rlvr.rollout.engines.specroll import engine_for
 from rlvr.train.config import ConfigError
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer

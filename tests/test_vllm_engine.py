@@ -19,7 +19,7 @@ import torch
 from rlvr.losses.ppo_clip import PPOClip
 from rlvr.losses.rollout_is import PPOClipRolloutIS, RolloutISConfig, rollout_is_weights
 from rlvr.registry import build
-from rlvr.rollout.vllm_engine import (VLLMConfig, load_into_vllm, pad_completions, parameter_versions,
+from rlvr.rollout.engines.vllm import (VLLMConfig, load_into_vllm, pad_completions, parameter_versions,
                                       sampled_logprobs, sampling_kwargs, sync_weights, unpad_prompts)
 from rlvr.types import BatchError, LossInputs
 
@@ -135,7 +135,7 @@ def test_lora_policy_syncs_merged_weights_in_base_names():
     import copy
     from rlvr.models import build_char_tokenizer, build_tiny_model
     from rlvr.models.lora import add_lora
-    from rlvr.rollout.vllm_engine import named_weights
+    from rlvr.rollout.engines.vllm import named_weights
     from rlvr.train.config import LoraSpec
     tok = build_char_tokenizer()
     policy = add_lora(build_tiny_model(tok, hidden=16, layers=1, heads=2), LoraSpec(r=2, alpha=4.0))
@@ -167,7 +167,7 @@ def test_generation_without_vllm_is_a_clear_error():
         pass
     from rlvr.models import build_char_tokenizer, build_tiny_model
     from rlvr.rollout import generate
-    from rlvr.rollout.vllm_engine import VLLMUnavailableError
+    from rlvr.rollout.engines.vllm import VLLMUnavailableError
     tok = build_char_tokenizer("01")
     model = build_tiny_model(tok, hidden=8, layers=1, heads=1)
     with pytest.raises(VLLMUnavailableError, match="needs the vllm package"):

@@ -114,6 +114,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"\n{kind}")
         paper = f"  [{item['paper']}]" if item["paper"] else ""
         print(f"  {item['name']:<16} {item['summary']}{paper}")
+        if item["params"] and (args.kind or item["kind"] == "engine"):  # options: engines always, all with --kind
+            print("      " + ", ".join(f"{f['name']}={f['default']}" for f in item["params"]))
     print("\naggregation modes\n  " + ", ".join(AGGREGATION_MODES))
     if presets:
         print("\npresets (configs/methods)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 KINDS = (
-    "selector", "sampler", "verifier", "shaper", "filter", "advantage",
+    "selector", "sampler", "engine", "verifier", "shaper", "filter", "advantage",
     "weighting", "loss", "optimizer", "task",
 )
 
@@ -29,6 +29,7 @@ _BUILTIN_MODULES = {
     "task": "rlvr.tasks",
     "selector": "rlvr.selection",
     "sampler": "rlvr.rollout",
+    "engine": "rlvr.rollout.engines",
     "weighting": "rlvr.weighting",
     "optimizer": "rlvr.optim",
 }

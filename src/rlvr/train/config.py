@@ -112,19 +112,22 @@ class RolloutConfig:
     temperature: float = param(1.0, "sampling temperature")
     top_p: float = param(1.0, "nucleus sampling mass")
     top_k: int = param(0, "top-k sampling (0 = off)")
+    min_p: float = param(0.0, "min-p sampling: drop tokens below min_p x the top token's probability (0 = off)")
+    repetition_penalty: float = param(1.0, "HF repetition penalty on tokens already in the prompt or completion "
+                                           "(1 = off; loop, hf, vllm)")
+    micro_batch_size: int = param(0, "rows per generation and no-grad scoring forward (0 = the whole local batch)")
     refill_rounds: int = param(0, "DAPO dynamic sampling: extra sampling rounds to refill groups the filters drop")
     verify_timeout_s: float = param(5.0, "time limit of one verifier call; a timeout scores 0")
     verify_workers: int = param(-1, "verifier pool processes scoring a batch in parallel (-1 = one per CPU "
                                     "core; 0 = verify in-process, one call at a time); tasks with bounded "
                                     "checks (needs_timeout = False) always verify in-process")
-    micro_batch_size: int = param(0, "rows per generation and no-grad scoring forward (0 = the whole local batch)")
-    engine: str = param("loop", "generation engine: loop | hf | specroll (speculative, exact) | vllm (GPU extra)")
-    engine_params: dict = param({}, "options of the engine: specroll (rlvr.rollout.speculative.SpecRollConfig), "
-                                    "vllm (rlvr.rollout.vllm_engine.VLLMConfig)")
+    engine: str = param("loop", "generation engine (rlvr list --kind engine): loop | hf | specroll | vllm | "
+                                "'pkg.module:MyEngine'")
+    engine_params: dict = param({}, "options of the engine (its Config; rlvr list --kind engine)")
 
     def __post_init__(self) -> None:
-        from rlvr.rollout.hf import check_engine  # lazy: the config module stays free of torch at import
-        check_engine(self.engine, self.engine_params)
+        from rlvr.rollout.engines.base import check_engine  # lazy: the config module stays free of torch at import
+        check_engine(self.engine, self.engine_params, self.repetition_penalty)
         if self.group_size < 1 or self.prompts_per_step < 1:
             raise ValueError(f"rollout.group_size and rollout.prompts_per_step must be >= 1, "
                              f"got {self.group_size}, {self.prompts_per_step}")
@@ -248,6 +251,10 @@ class RunConfig:
                                    "as <out_dir>.archived-<time>, never deleted); CLI: --overwrite")
     mixed_precision: str = param("no", "no | bf16 | fp16: autocast the policy's forward passes, float32 master "
                                        "weights and optimizer state (fp16 adds a gradient scaler)")
+    report_to: list[str] = param([], "experiment trackers besides metrics.jsonl: none | tensorboard | wandb | "
+                                "trackio | mlflow (a list)")
+    table_every: int = param(10, "steps between completions tables (prompt, completion, reward, advantage) "
+                                 "for trackers with tables (0 = never)")
 
     def __post_init__(self) -> None:
         bad = [c.name for c in self.callbacks if c.name.count(":") != 1]
@@ -256,6 +263,8 @@ class RunConfig:
         if self.mixed_precision not in MIXED_PRECISION:
             raise ValueError(f"run.mixed_precision must be one of {' | '.join(MIXED_PRECISION)}, "
                              f"got '{self.mixed_precision}'")
+        from rlvr.train.trackers import check_report_to  # names known, packages installed
+        object.__setattr__(self, "report_to", list(check_report_to(self.report_to)))
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,8 @@
-"""Run outputs: metrics as JSONL, sample completions, TensorBoard when installed, timed phases."""
+"""Run outputs: metrics as JSONL, sample completions, the trackers of ``run.report_to``, timed phases."""
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -13,6 +12,7 @@ from typing import Any, Iterator
 import torch
 
 from rlvr.notice import notice
+from rlvr.train.trackers import Tracker, build_trackers, finite_scalars
 
 
 class PhaseTimer:
@@ -37,22 +37,22 @@ class PhaseTimer:
 
 
 class RunLogger:
-    """Writes ``metrics.jsonl`` and ``samples.jsonl`` in the run folder (main process only)."""
+    """Writes ``metrics.jsonl`` and ``samples.jsonl`` in the run folder (main process only), and
+    sends the same scalars to the trackers named in ``report_to`` (:mod:`rlvr.train.trackers`;
+    empty = the JSONL files alone), with a completions table every ``table_every`` steps."""
 
-    def __init__(self, run_dir: str | Path, enabled: bool = True, resume_step: int = 0) -> None:
+    def __init__(self, run_dir: str | Path, enabled: bool = True, resume_step: int = 0,
+                 report_to: Any = (), table_every: int = 0, config: dict | None = None) -> None:
         self.dir = Path(run_dir)
         self.enabled = enabled
-        self.tb = None
+        self.table_every = table_every
+        self.trackers: list[Tracker] = []
         if not enabled:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         for name in ("metrics.jsonl", "samples.jsonl"):
             _truncate_after(self.dir / name, resume_step)
-        try:  # optional: TensorBoard when installed
-            from torch.utils.tensorboard import SummaryWriter
-            self.tb = SummaryWriter(str(self.dir / "tb"))
-        except Exception:  # noqa: BLE001 — tensorboard missing or broken: JSONL is the record
-            self.tb = None
+        self.trackers = build_trackers(report_to, self.dir, config)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:
@@ -60,10 +60,9 @@ class RunLogger:
         row = {"step": step, **{k: _scalar(v) for k, v in metrics.items()}}
         with open(self.dir / "metrics.jsonl", "a") as fh:
             fh.write(json.dumps(row) + "\n")
-        if self.tb is not None:
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self.tb.add_scalar(key, value, step)
+        scalars = finite_scalars(row)
+        for tracker in self.trackers:
+            tracker.log(step, scalars)
 
     def samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         if not self.enabled or not rows:
@@ -71,10 +70,15 @@ class RunLogger:
         with open(self.dir / "samples.jsonl", "a") as fh:
             for row in rows:
                 fh.write(json.dumps({"step": step, **row}) + "\n")
+        if self.table_every and step % self.table_every == 0:
+            for tracker in self.trackers:
+                if tracker.supports_tables:
+                    tracker.table(step, rows)
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -103,7 +103,9 @@ class Trainer:
             self._resume()
         elif self.acc.is_main_process:
             self._write_run_files()
-        logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step)
+        run = self.cfg.run
+        logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step,
+                           report_to=run.report_to, table_every=run.table_every, config=to_dict(self.cfg))
         bar = tqdm(total=self.cfg.run.steps, initial=self.step, desc="rl", disable=not self.acc.is_main_process)
         while (reason := self._budget_reason()) is None:
             start = time.perf_counter()
@@ -485,13 +487,22 @@ def _samples(batch: Rollouts, n: int, tokenizer: Any) -> list[dict[str, Any]]:
     for i in sorted(set(range(min(n, batch.num_rows))) | set(errors)):
         problem = batch.problems[i]
         row = {"prompt": render_prompt(tokenizer, problem), "completion": batch.texts[i] if batch.texts else "",
-               "reward": batch.rewards[i].tolist() if batch.rewards is not None else None}
+               "reward": batch.rewards[i].tolist() if batch.rewards is not None else None,
+               "advantage": _mean_advantage(batch, i)}
         if row["prompt"] != problem.prompt:
             row["problem"] = problem.prompt
         if i in errors:
             row["verifier_error"] = errors[i]
         rows.append(row)
     return rows
+
+
+def _mean_advantage(batch: Rollouts, i: int) -> float | None:
+    """Row i's advantage: the mean over its trained tokens (its sequence advantage for GRPO)."""
+    if batch.advantages is None:
+        return None
+    mask = batch.completion_mask[i]  # (T,)
+    return float(batch.advantages[i][mask].mean()) if bool(mask.any()) else 0.0
 
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:

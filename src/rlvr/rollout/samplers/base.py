@@ -94,9 +94,12 @@ def sample_plain(model: torch.nn.Module, rows: list[Problem], ctx: SampleContext
 
 
 def engine_kwargs(rollout: Any) -> dict[str, Any]:
-    """``engine`` and ``engine_params`` of the run's RolloutConfig, for ``generate`` / ``generate_ids``
-    (the default loop engine for configs that predate them)."""
-    return {"engine": getattr(rollout, "engine", "loop"), "engine_params": getattr(rollout, "engine_params", None)}
+    """The engine, its options, the micro-batch size and the sampling knobs beyond temperature /
+    top-p / top-k of the run's RolloutConfig, for ``generate`` / ``generate_ids`` (defaults for
+    configs that predate them)."""
+    return {"engine": getattr(rollout, "engine", "loop"), "engine_params": getattr(rollout, "engine_params", None),
+            "micro_batch_size": getattr(rollout, "micro_batch_size", 0), "min_p": getattr(rollout, "min_p", 0.0),
+            "repetition_penalty": getattr(rollout, "repetition_penalty", 1.0)}
 
 
 def mixed_groups(policy: torch.nn.Module, problems: list[Problem], plain_n: int, extra_n: int,

@@ -13,8 +13,8 @@ from rlvr.registry import param, register
 from rlvr.rewards.answer import EXTRACT_MODES, extract_answer, normalise
 from rlvr.rollout.hf import encode_prompts, generate_ids
 from rlvr.rollout.mcmc import PolicyPrefixes, power_mh
-from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, extend_contexts, generation_rollouts,
-                                        hinted_rollouts, row_group_ids, sample_plain)
+from rlvr.rollout.samplers.base import (SampleContext, Sampler, assemble, engine_kwargs, extend_contexts,
+                                        generation_rollouts, hinted_rollouts, row_group_ids, sample_plain)
 from rlvr.types import Problem, Rollouts
 
 CORRECTIONS = ("none", "oc_grpo")
@@ -180,7 +180,7 @@ class HiTTRLSampler(Sampler):
         base_ids, base_mask = encode_prompts(tok, [render_prompt(tok, p) for p in rows])
         ctx_ids, ctx_mask = extend_contexts(base_ids, base_mask, hints, tok.pad_token_id)
         gen = generate_ids(policy, tok, ctx_ids, ctx_mask, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919)
+                           top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=ctx.seed + 7_919, **engine_kwargs(r))
         ctx.spent.add(gen)
         mode = "masked" if self.config.hint_is_correction == "none" else "drop"
         has_hint = torch.tensor([bool(h) for h in hints])  # (N_h,)

@@ -14,7 +14,7 @@ from rlvr.envs.base import EPISODE_KEY, ROLE_POLICY, Environment, build_env
 from rlvr.models import format_prompt
 from rlvr.registry import param, register
 from rlvr.rollout.hf import Generation, encode_prompts, generate_ids
-from rlvr.rollout.samplers.base import SampleContext, Sampler, left_pad, trained_mask
+from rlvr.rollout.samplers.base import SampleContext, Sampler, engine_kwargs, left_pad, trained_mask
 from rlvr.types import Origin, Problem, Rollouts
 
 REWARDS = ("final", "best")
@@ -199,7 +199,8 @@ class MultiTurnSampler(Sampler):
         r = ctx.rollout
         ids, mask = left_pad(contexts, ctx.tokenizer.pad_token_id)
         return generate_ids(policy, ctx.tokenizer, ids, mask, max_new_tokens=self.config.turn_tokens or r.max_new_tokens,
-                            temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed)
+                            temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, do_sample=True, seed=seed,
+                            **engine_kwargs(r))
 
     def _counterfactuals(self, policy: torch.nn.Module, eps: list[_Episode],
                          ctx: SampleContext) -> list[list[float | None]]:

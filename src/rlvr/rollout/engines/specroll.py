@@ -1,7 +1,7 @@
 """SpecRoll: speculative rollouts that leave the sampling distribution unchanged (METHODS.md §2.11).
 
 Selected with ``rollout.engine: specroll`` (options in ``rollout.engine_params``, see
-:class:`SpecRollConfig`). One decode iteration, for every unfinished row at once:
+:class:`SpecRollConfig`; ``rlvr list --kind engine``). One decode iteration, for every unfinished row at once:
 
 1. sample the next token ``c`` from the target's distribution (exact: plain sampling);
 2. K future-token heads (:mod:`rlvr.rollout.draft_heads`) read the hidden state ``h`` that gave
@@ -43,24 +43,24 @@ cache bookkeeping) costs as much as the forwards it saves. The gain needs a mode
 dominates the iteration.
 
 The engine state (heads, buffer, EMA) lives in one :class:`SpecRoll` per policy object
-(:func:`engine_for`), so it persists across RL steps with no change to the trainer.
+(:func:`rlvr.rollout.engines.base.engine_for`), so it persists across RL steps with no change to the trainer.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
-from rlvr.registry import RegistryError, make_config, param
-from rlvr.rollout.hf import cache_kwargs
+from rlvr.registry import param, register
 from rlvr.rollout.draft_heads import DraftHeads, fit_heads, output_layer_weight
+from rlvr.rollout.engines import base
+from rlvr.rollout.engines.base import DecodeRequest, Engine, cache_kwargs
 
 
 @dataclass(frozen=True)
@@ -129,21 +129,10 @@ def reflex_update(delta: Tensor, toward: Tensor, away: Tensor, eta: float, eps: 
     return new * (eps / norm.clamp(min=1e-30)).clamp(max=1.0)
 
 
-def sampling_probs(logits: Tensor, sampler: Any) -> Tensor:
-    """(..., V) the distribution a plain decoder samples from: one-hot argmax when greedy, else
-    ``softmax(z / T)`` restricted to the top-k / top-p set (hf.py's ``_Sampler`` rule)."""
-    from rlvr.rollout.hf import _filter
-    if not sampler.do_sample:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logp = torch.log_softmax(logits.float() / sampler.temperature, dim=-1)
-    if sampler.top_k <= 0 and sampler.top_p >= 1.0:
-        return logp.exp()
-    return _filter(logp, sampler.top_k, sampler.top_p).softmax(-1)
-
-
 # --- the engine -------------------------------------------------------------------------------------
 
-class SpecRoll:
+@register("engine", "specroll")
+class SpecRoll(Engine):
     """Speculative rollout engine with future-token heads, Reflex and a slow path (SpecRoll).
 
     Paper: SpecRoll (adaptive speculative rollout for RL; METHODS.md §2.11, paper abstract only);
@@ -153,8 +142,9 @@ class SpecRoll:
     Equation: accept draft x ~ q with probability ``min(1, p(x)/q(x))``, else sample
     ``norm(max(0, p − q))``; so ``P(token = v) = p(v)`` for any q.
 
-    Differs from the loop engine (hf.py):
+    Differs from loop:
       * up to K+1 tokens per target forward instead of one; the distribution is unchanged;
+      * no repetition penalty (a draft's distribution would depend on the drafts before it);
       * holds state across calls (heads, recent sequences, acceptance EMA), kept per policy;
       * may spend time fitting its heads (the slow path) inside a generate call.
 
@@ -164,9 +154,10 @@ class SpecRoll:
 
     Config = SpecRollConfig
     paper = "Accelerating Large Language Model Decoding with Speculative Sampling (arXiv:2302.01318)"
+    supports_repetition_penalty = False
 
     def __init__(self, config: SpecRollConfig | None = None) -> None:
-        self.config = config or SpecRollConfig()
+        super().__init__(config)
         self.reset()
 
     def reset(self) -> None:
@@ -180,12 +171,12 @@ class SpecRoll:
         self.needs_bootstrap = self.config.bootstrap_fit
         self.last_stats: dict[str, float] = {}
 
-    # The decode function plugs into hf.generate_ids like the loop engine.
-    def decode(self, model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
-               sampler: Any, pad_id: int, eos_ids: Tensor, capture: Any = None) -> tuple[Tensor, Tensor]:
+    def decode(self, model: PreTrainedModel, request: DecodeRequest) -> tuple[Tensor, Tensor]:
         """Tokens (N, T) and their target log-probs (N, T), T ≤ ``max_new_tokens``."""
-        if capture is not None:
-            raise ValueError("generate: keep_hidden is not supported by the specroll engine")
+        prompt_ids, prompt_mask, max_new_tokens = request.prompt_ids, request.prompt_mask, request.max_new_tokens
+        sampler, pad_id, eos_ids = request.sampler, request.pad_id, request.eos_ids
+        if sampler.penalised:
+            raise ValueError("generate: repetition_penalty is not supported by the specroll engine")
         n, dev = prompt_ids.shape[0], prompt_ids.device
         tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=dev)  # (N, T)
         logprobs = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=dev)  # (N, T)
@@ -221,10 +212,10 @@ class SpecRoll:
         remaining = max_new - lengths[s.rows]
         k = min(cfg.num_heads, int(remaining.max()))
         draft_logits = heads(s.hidden + s.delta)[:, :k]  # (B, k, V)
-        q = sampling_probs(draft_logits / cfg.draft_temperature, sampler)  # (B, k, V)
+        q = sampler.probs(draft_logits / cfg.draft_temperature)  # (B, k, V)
         drafts = torch.multinomial(q.reshape(-1, q.shape[-1]), 1, generator=gen).view(q.shape[:2])  # (B, k)
         logits, hidden = s.forward(model, torch.cat([c.unsqueeze(-1), drafts], dim=1))  # (B, k+1, V), (B, k+1, H)
-        p = sampling_probs(logits, sampler)  # (B, k+1, V)
+        p = sampler.probs(logits)  # (B, k+1, V)
         u = torch.rand(drafts.shape, generator=gen, device=drafts.device)  # (B, k)
         accepted, next_probs = verify_drafts(p, q, drafts, u)
         counts["proposed"] += drafts.numel()
@@ -340,7 +331,7 @@ class _Rows:
         logits = out.logits[:, -1].float()  # (B, V)
         rows = torch.arange(prompt_ids.shape[0], device=prompt_ids.device)
         return cls(rows, cache, attn, pos[:, -1] + 1, logits, out.hidden_states[-1][:, -1].float(),
-                   sampling_probs(logits, sampler))
+                   sampler.probs(logits))
 
     def forward(self, model: PreTrainedModel, inputs: Tensor) -> tuple[Tensor, Tensor]:
         """Target forward over ``inputs`` (B, k+1) appended to the cache: logits, last hidden states."""
@@ -391,22 +382,7 @@ class _Rows:
 
 # --- one engine per policy ------------------------------------------------------------------------
 
-_ENGINES: "weakref.WeakKeyDictionary[torch.nn.Module, SpecRoll]" = weakref.WeakKeyDictionary()
-
-
 def engine_for(model: torch.nn.Module, params: dict | None = None) -> SpecRoll:
     """The SpecRoll engine of ``model`` (created on first use, rebuilt if ``params`` change): its
     heads and statistics persist across calls for as long as the policy object lives."""
-    config = make_config(SpecRollConfig, dict(params or {}), where="rollout.engine_params (specroll)")
-    engine = _ENGINES.get(model)
-    if engine is None or asdict(engine.config) != asdict(config):
-        engine = _ENGINES[model] = SpecRoll(config)
-    return engine
-
-
-def check_params(params: dict | None) -> None:
-    """Fail fast on unknown or invalid ``rollout.engine_params`` for SpecRoll (a ValueError)."""
-    try:
-        make_config(SpecRollConfig, dict(params or {}), where="rollout.engine_params (specroll)")
-    except RegistryError as err:
-        raise ValueError(str(err)) from None
+    return base.engine_for(model, "specroll", params)  # type: ignore[return-value]

@@ -6,7 +6,7 @@ the same checkpoint generates. Weights flow one way, trainer → vLLM, through
 generate call, whenever the policy's parameters changed since the last push — it compares the
 parameters' in-place version counters, which every optimizer step bumps — so the trainer needs no
 hook: a rollout always sees the weights of the latest update. ``sync: manual`` leaves the call to
-the user (``sync_weights(policy)`` after ``optimizer.step()``).
+the user (``rlvr.rollout.engines.vllm.sync_weights(policy)`` after ``optimizer.step()``).
 
 vLLM's kernels and sampler differ numerically from the trainer's forward, so its log-probs
 (``Generation.logprobs`` → ``Rollouts.rollout_logprobs``) differ slightly from the trainer's
@@ -20,7 +20,7 @@ measures the filter too.
 
 Install on a GPU machine: ``pip install vllm`` (in the same environment as rlvr; vLLM pins its own
 torch, so install it first or in a fresh virtualenv), then ``pytest tests/test_vllm_engine.py``.
-Nothing here imports vLLM until an engine is built, so the rest of rlvr never needs it.
+Nothing here imports vLLM until the engine first generates, so the rest of rlvr never needs it.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import torch
 from torch import Tensor
 
 from rlvr.models.lora import is_lora, named_merged_weights
-from rlvr.registry import RegistryError, make_config, param
+from rlvr.registry import param, register
+from rlvr.rollout.engines.base import DecodeRequest, Engine, existing_engine
 
 SYNC_MODES = ("auto", "manual")
 
@@ -54,7 +54,7 @@ class VLLMConfig:
     enforce_eager: bool = param(True, "skip CUDA-graph capture (faster start, slower decode)")
     logprobs_mode: str = param("processed_logprobs", "vLLM logprobs_mode ('' = vLLM's default, raw logits)")
     sync: str = param("auto", "weight sync: 'auto' (push before a generate call when the policy changed) | "
-                              "'manual' (call rlvr.rollout.vllm_engine.sync_weights after each update)")
+                              "'manual' (call rlvr.rollout.engines.vllm.sync_weights after each update)")
     seed: int = param(0, "vLLM engine seed (each request also gets its own seed)")
 
     def __post_init__(self) -> None:
@@ -65,38 +65,51 @@ class VLLMConfig:
                              "max_model_len >= 0")
 
 
-class VLLMEngine:
-    """A colocated ``vllm.LLM`` mirroring one policy; ``decode`` plugs into ``hf.generate_ids``.
+@register("engine", "vllm")
+class VLLMEngine(Engine):
+    """vLLM, colocated with the trainer (GPU extra): a ``vllm.LLM`` mirroring one policy.
+
+    Built on the first generate call from the policy's checkpoint; weights are pushed from the
+    trainer before a call whenever they changed (``sync: auto``). Log-probs are vLLM's
+    ``processed_logprobs``; min-p and repetition penalty go to ``SamplingParams``.
+
+    Differs from loop:
+      * vLLM's kernels and sampler: log-probs differ slightly from the trainer's (correct with
+        the ``ppo_clip_is`` loss);
+      * paged attention and continuous batching: much faster on a GPU; no hidden states.
 
     Shapes: prompt ids / mask (N, P) → tokens, log-probs (N, T).
     """
 
-    def __init__(self, model: torch.nn.Module, config: VLLMConfig) -> None:
-        self.config = config
-        self.llm = _build_llm(model, config)
-        self.synced_version = parameter_versions(model)  # the LLM was built from these weights
-        self.syncs = 0
-        self.last_stats: dict[str, float] = {}
+    Config = VLLMConfig
+    paper = "Efficient Memory Management for Large Language Model Serving with PagedAttention (arXiv:2309.06180)"
 
-    def decode(self, model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
-               sampler: Any, pad_id: int, eos_ids: Tensor, capture: Any = None) -> tuple[Tensor, Tensor]:
-        if capture is not None:
-            raise ValueError("generate: keep_hidden is not supported by the vllm engine")
+    def __init__(self, config: VLLMConfig | None = None) -> None:
+        super().__init__(config)
+        self.llm: Any = None  # built on the first decode, from the policy it serves
+        self.synced_version: tuple[int, ...] = ()
+        self.syncs = 0
+
+    def decode(self, model: torch.nn.Module, request: DecodeRequest) -> tuple[Tensor, Tensor]:
+        prompt_ids, prompt_mask, sampler = request.prompt_ids, request.prompt_mask, request.sampler
+        if self.llm is None:
+            self.llm = _build_llm(model, self.config)
+            self.synced_version = parameter_versions(model)  # the LLM was built from these weights
         synced = 0.0
         if self.config.sync == "auto" and parameter_versions(model) != self.synced_version:
             self.sync(model)
             synced = 1.0
         from vllm import SamplingParams
         prompts = [{"prompt_token_ids": ids} for ids in unpad_prompts(prompt_ids, prompt_mask)]
-        base = None if sampler.gen is None else int(sampler.gen.initial_seed())
-        params = [SamplingParams(n=1, max_tokens=max_new_tokens, logprobs=0, detokenize=False,
-                                 stop_token_ids=eos_ids.tolist(), seed=None if base is None else base + i,
+        base = sampler.fork_seed()
+        params = [SamplingParams(n=1, max_tokens=request.max_new_tokens, logprobs=0, detokenize=False,
+                                 stop_token_ids=request.eos_ids.tolist(), seed=None if base is None else base + i,
                                  **sampling_kwargs(sampler)) for i in range(len(prompts))]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
         token_lists = [list(o.outputs[0].token_ids) for o in outputs]
         logprob_lists = [sampled_logprobs(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in outputs]
         self.last_stats = {"rollout/vllm_weight_syncs": synced}
-        return pad_completions(token_lists, logprob_lists, pad_id, prompt_ids.device)
+        return pad_completions(token_lists, logprob_lists, request.pad_id, prompt_ids.device)
 
     def sync(self, model: torch.nn.Module) -> None:
         """Copy the policy's current weights into vLLM and drop its prefix cache."""
@@ -110,11 +123,16 @@ class VLLMEngine:
 # --- pure helpers (CPU-testable without vLLM) ----------------------------------------------------
 
 def sampling_kwargs(sampler: Any) -> dict[str, Any]:
-    """hf.py sampler settings → vLLM ``SamplingParams`` keywords (greedy = temperature 0)."""
+    """:class:`~rlvr.rollout.sampling.Sampler` settings → vLLM ``SamplingParams`` keywords (greedy =
+    temperature 0; min-p and repetition penalty only when set)."""
+    penalty = float(getattr(sampler, "repetition_penalty", 1.0))
+    extra = {"repetition_penalty": penalty} if penalty != 1.0 else {}
     if not sampler.do_sample:
-        return {"temperature": 0.0}
+        return {"temperature": 0.0, **extra}
+    if getattr(sampler, "min_p", 0.0) > 0:
+        extra["min_p"] = float(sampler.min_p)
     return {"temperature": float(sampler.temperature), "top_p": float(sampler.top_p),
-            "top_k": int(sampler.top_k) if sampler.top_k > 0 else -1}
+            "top_k": int(sampler.top_k) if sampler.top_k > 0 else -1, **extra}
 
 
 def unpad_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> list[list[int]]:
@@ -215,28 +233,8 @@ def load_into_vllm(llm: Any, weights: Iterable[tuple[str, Tensor]]) -> None:
 def sync_weights(model: torch.nn.Module) -> bool:
     """Push ``model``'s current weights into its vLLM engine (if it has one); True if pushed.
     Call after ``optimizer.step()`` when ``engine_params.sync`` is 'manual'."""
-    engine = _ENGINES.get(getattr(model, "module", model))
-    if engine is None:
+    engine = existing_engine(getattr(model, "module", model), "vllm")
+    if not isinstance(engine, VLLMEngine) or engine.llm is None:
         return False
     engine.sync(getattr(model, "module", model))
     return True
-
-
-_ENGINES: "weakref.WeakKeyDictionary[torch.nn.Module, VLLMEngine]" = weakref.WeakKeyDictionary()
-
-
-def engine_for(model: torch.nn.Module, params: dict | None = None) -> VLLMEngine:
-    """The vLLM engine of ``model``, built on first use (minutes: vLLM loads and profiles)."""
-    config = make_config(VLLMConfig, dict(params or {}), where="rollout.engine_params (vllm)")
-    engine = _ENGINES.get(model)
-    if engine is None or asdict(engine.config) != asdict(config):
-        engine = _ENGINES[model] = VLLMEngine(model, config)
-    return engine
-
-
-def check_params(params: dict | None) -> None:
-    """Fail fast on unknown or invalid ``rollout.engine_params`` for vLLM (a ValueError)."""
-    try:
-        make_config(VLLMConfig, dict(params or {}), where="rollout.engine_params (vllm)")
-    except RegistryError as err:
-        raise ValueError(str(err)) from None
