@@ -34,7 +34,6 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from rlvr.models.lora import is_lora, named_merged_weights
 from rlvr.registry import param, register
 from rlvr.rollout.engines.base import DecodeRequest, Engine, existing_engine
 
@@ -173,6 +172,7 @@ def named_weights(model: torch.nn.Module) -> Iterable[tuple[str, Tensor]]:
     """(name, tensor) pairs in Hugging Face naming (vLLM's ``load_weights`` maps them), unwrapped
     from DDP / accelerate; tied weights appear under every name, as in a checkpoint. A LoRA policy
     sends its base with the adapter merged in."""
+    from rlvr.models.lora import is_lora, named_merged_weights  # lazy: models.lora -> config -> engines
     inner = getattr(model, "module", model)
     if is_lora(inner):
         yield from named_merged_weights(inner)
@@ -194,6 +194,7 @@ def _build_llm(model: torch.nn.Module, config: VLLMConfig) -> Any:
                                    f"machine): {err}") from err
     path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
     if not os.path.isdir(path):
+        from rlvr.models.lora import is_lora
         path = tempfile.mkdtemp(prefix="rlvr_vllm_")
         inner = getattr(model, "module", model)
         (copy.deepcopy(inner).merge_and_unload() if is_lora(inner) else inner).save_pretrained(path)
