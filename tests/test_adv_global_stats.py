@@ -1,5 +1,6 @@
 """Batch statistics under data parallelism (issue 18): an estimator that needs the global batch
-(SA-MRPO's saturation, TETHER's w, CVPO's mean value variance, FADE's mean entropy) reads the summed
+(SA-MRPO's saturation, TETHER's w, CVPO's mean value variance, FADE's mean entropy, and every batch
+whitening or batch std: GAE, REINFORCE++, GDPO, GRPO's ``scale='batch'``, SA-MRPO's ``batch_whiten``) reads the summed
 ``batch_stats`` of every shard through ``AdvantageInputs.global_stats``; each shard then gets exactly the
 full batch's advantages. Without them each shard uses its own statistics (the old, per-rank behaviour)."""
 
@@ -32,12 +33,17 @@ def _shard(inputs: AdvantageInputs, rows: slice) -> AdvantageInputs:
     return AdvantageInputs(**{f: getattr(inputs, f)[rows] for f in fields}, reward_weights=inputs.reward_weights)
 
 
-ESTIMATORS = [("sa_mrpo", {}), ("tether", {}), ("cvpo", {}), ("fade", {"entropy_target": 2.0})]
+ESTIMATORS = [("sa_mrpo", {}), ("tether", {}), ("cvpo", {}), ("fade", {"entropy_target": 2.0}),
+              # batch whitening / batch std: Σ, Σ², count of what is normalised
+              ("gae", {"lam": 0.9, "gamma": 0.95}), ("reinforce_pp", {"gamma": 0.9}), ("reinforce_pp_baseline", {}),
+              ("gdpo", {}), ("gdpo", {"whiten": "sequences"}), ("grpo", {"scale": "batch"}),
+              ("sa_mrpo", {"batch_whiten": True, "saturation_gamma": 2.0}),
+              ("cvpo", {"parent": "gae", "parent_params": {"lam": 0.9}})]
 
 
 @pytest.mark.parametrize("name, params", ESTIMATORS)
 def test_shards_with_global_stats_equal_the_full_batch(name, params):
-    full = _batch(weights=name == "sa_mrpo")
+    full = _batch(weights=name in ("sa_mrpo", "gdpo"))
     expected = build("advantage", name, **params)(full).advantages  # (12, 6)
     shards = [_shard(full, slice(0, 6)), _shard(full, slice(6, 12))]  # whole groups per shard
     est = build("advantage", name, **params)
@@ -62,3 +68,25 @@ def test_kl_new_old_golden():
     f = lambda x: math.exp(x) * x - (math.exp(x) - 1)  # noqa: E731
     assert float(total) == pytest.approx(f(0.1) + f(-0.2), rel=1e-6) and float(count) == 2.0
     assert float(kl_new_old(new, new, torch.ones(1, 3, dtype=torch.bool))[0]) == 0.0
+
+
+def test_cliff_and_cvpo_pass_their_inner_estimators_statistics():
+    # Cliff's GRPO (scale='batch') and CVPO's parent (gae) read their own keys of the summed statistics.
+    full = _batch(weights=False)
+    grpo = build("advantage", "grpo", scale="batch").batch_stats(full)
+    cliff = build("advantage", "cliff", scale="batch").batch_stats(full)
+    assert grpo.keys() == cliff.keys() == {"whiten_sum", "whiten_sq", "whiten_count"}
+    assert all(torch.equal(grpo[k], cliff[k]) for k in grpo)
+    assert build("advantage", "cliff", scale="batch", mode="replace").batch_stats(full) == {}
+    cvpo = build("advantage", "cvpo", parent="gae").batch_stats(full)
+    gae = build("advantage", "gae").batch_stats(full)
+    assert all(torch.equal(cvpo[f"parent.{k}"], gae[k]) for k in gae) and "nu_sum" in cvpo
+
+
+def test_one_process_whitening_is_unchanged_bit_for_bit():
+    # Without summed statistics the local two-pass masked_whiten runs, as before this change.
+    from rlvr.ops import masked_whiten
+    full = _batch(weights=False)
+    est = build("advantage", "reinforce_pp", gamma=0.9)
+    returns = est(full).returns
+    assert torch.equal(est(full).advantages, masked_whiten(returns, full.mask) * full.mask)

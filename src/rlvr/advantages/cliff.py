@@ -78,11 +78,19 @@ class Cliff(AdvantageEstimator):
         metrics = _metrics(first, found, mask)
         if cfg.mode == "replace":
             return AdvantageOutput(cliff * mask, metrics=metrics)
-        grpo = GRPO(GRPOConfig(scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, singleton=cfg.singleton,
-                               std_power=cfg.std_power))(inputs)
+        grpo = self._grpo()(inputs)
         base = grpo.advantages  # (N, T) Â_i on trained tokens
         adv = torch.where(found[:, None], base.abs() * cliff, base) * mask  # (N, T)
         return AdvantageOutput(adv, metrics={**grpo.metrics, **metrics})
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """The inner GRPO's (its batch std with ``scale='batch'``); none in ``replace`` mode."""
+        return {} if self.config.mode == "replace" else self._grpo().batch_stats(inputs)
+
+    def _grpo(self) -> GRPO:
+        cfg = self.config
+        return GRPO(GRPOConfig(scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, singleton=cfg.singleton,
+                               std_power=cfg.std_power))
 
 
 def _metrics(first: Tensor, found: Tensor, mask: Tensor) -> dict[str, Tensor]:

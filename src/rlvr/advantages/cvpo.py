@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,8 @@ from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, sequence_s
 from rlvr.ops import masked_mean, masked_sum
 from rlvr.registry import build, param, register
 from rlvr.types import AdvantageInputs, BatchError
+
+PARENT = "parent."  # prefix of the parent estimator's statistics in batch_stats
 
 
 @dataclass(frozen=True)
@@ -77,13 +80,14 @@ class CVPO(AdvantageEstimator):
             raise BatchError("cvpo needs critic values: AdvantageInputs.values (N, T) is None")
         rows = inputs.mask.any(-1)  # (N,)
         nu = token_value_variance(inputs.values.float(), inputs.mask, self.config.ddof)  # (N,)
-        return {"nu_sum": nu[rows].sum(), "rows": rows.sum().float()}
+        parent = {f"{PARENT}{k}": v for k, v in self.parent.batch_stats(inputs).items()}  # e.g. gae's whitening
+        return {"nu_sum": nu[rows].sum(), "rows": rows.sum().float(), **parent}
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:
         cfg = self.config
         if inputs.values is None:
             raise BatchError("cvpo needs critic values: AdvantageInputs.values (N, T) is None")
-        base = self.parent(inputs)
+        base = self.parent(_parent_inputs(inputs))
         mask = inputs.mask
         nu = token_value_variance(inputs.values.float(), mask, cfg.ddof)  # (N,)
         rows = mask.any(-1)  # (N,)
@@ -100,3 +104,11 @@ class CVPO(AdvantageEstimator):
                         "cvpo_factor_mean": masked_mean(factor.unsqueeze(-1).expand_as(mask), mask),
                         "cvpo_factor_clipped": clipped[rows].float().mean() if rows.any() else torch.tensor(0.0)})
         return AdvantageOutput(adv, returns=base.returns, metrics={k: v.detach().float() for k, v in metrics.items()})
+
+
+def _parent_inputs(inputs: AdvantageInputs) -> AdvantageInputs:
+    """``inputs`` with the parent's share of the summed statistics (None when there are none)."""
+    if inputs.global_stats is None:
+        return inputs
+    own = {k[len(PARENT):]: v for k, v in inputs.global_stats.items() if k.startswith(PARENT)}
+    return dataclasses.replace(inputs, global_stats=own)

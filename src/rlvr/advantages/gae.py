@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, outcome_token_rewards
-from rlvr.ops import masked_whiten
+from rlvr.advantages.whitening import moment_sums, whiten
 from rlvr.registry import param, register
 from rlvr.types import AdvantageInputs, BatchError
 
@@ -60,7 +60,8 @@ class GAE(AdvantageEstimator):
     Equation: ``δ_t = r_t + γ V_{t+1} − V_t``, ``A_t = Σ_l (γλ)^l δ_{t+l}`` over trained tokens
     (untrained ones are skipped, values and accumulators carried through); returns
     ``R_t = A_t + V_t`` (before whitening); then, by default, ``A ← (A − mean)/sqrt(var + eps)``
-    over all trained tokens of the batch.
+    over all trained tokens of the batch (the global batch under data parallelism: ``batch_stats``
+    gives Σ, Σ² and the count, summed over ranks).
 
     Differs from REINFORCE with a baseline:
       * a learned per-token baseline V(s_t) instead of a per-prompt one;
@@ -77,16 +78,24 @@ class GAE(AdvantageEstimator):
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:
         cfg = self.config
-        if inputs.values is None:
-            raise BatchError("gae needs critic values: AdvantageInputs.values (N, T) is None")
-        rewards = outcome_token_rewards(inputs)  # (N, T)
-        values = inputs.values.to(rewards.dtype)  # (N, T)
+        rewards, values, raw = self._raw(inputs)  # (N, T) each
         mask = inputs.mask
-        raw = gae_recursion(rewards, values, mask, cfg.gamma, cfg.lam)  # (N, T)
         target = raw if cfg.returns == "gae" or cfg.lam == 1.0 else gae_recursion(rewards, values, mask, cfg.gamma, 1.0)
         returns = (target + values) * mask
         adv = raw
         if cfg.whiten:
-            adv = masked_whiten(raw, mask, ddof=cfg.whiten_ddof, eps=cfg.whiten_eps) * mask
+            adv = whiten(raw, mask, cfg.whiten_ddof, cfg.whiten_eps, inputs.global_stats) * mask
         metrics = {"returns_mean": returns[mask].mean() if mask.any() else torch.tensor(0.0)}
         return AdvantageOutput(adv, returns=returns, metrics={k: v.detach() for k, v in metrics.items()})
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Σ, Σ² and count of the un-whitened advantages over trained tokens: the global whitening."""
+        return moment_sums(self._raw(inputs)[2], inputs.mask) if self.config.whiten else {}
+
+    def _raw(self, inputs: AdvantageInputs) -> tuple[Tensor, Tensor, Tensor]:
+        """(rewards, values, un-whitened advantages), each (N, T)."""
+        if inputs.values is None:
+            raise BatchError("gae needs critic values: AdvantageInputs.values (N, T) is None")
+        rewards = outcome_token_rewards(inputs)  # (N, T)
+        values = inputs.values.to(rewards.dtype)  # (N, T)
+        return rewards, values, gae_recursion(rewards, values, inputs.mask, self.config.gamma, self.config.lam)

@@ -9,7 +9,8 @@ from torch import Tensor
 
 from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput
 from rlvr.advantages.grpo import GRPO, GRPOConfig
-from rlvr.ops import broadcast_to_tokens, masked_whiten
+from rlvr.advantages.whitening import batch_mean, batch_std, moment_sums, whiten
+from rlvr.ops import broadcast_to_tokens
 from rlvr.registry import param, register
 from rlvr.types import AdvantageInputs
 
@@ -48,7 +49,8 @@ class GDPO(AdvantageEstimator):
         combined, so an objective with a large spread cannot drown the others;
       * weights default to 1 for every objective (not "objective 0 only");
       * ``token_rewards`` are not used (they hold a single objective);
-      * the weighted sum is whitened over the batch (token-weighted, verl) before use.
+      * the weighted sum is whitened over the batch (token-weighted, verl) before use; under data
+        parallelism over the global batch (``batch_stats``: Σ, Σ² and count summed over ranks).
 
     Shapes: rewards (N, K), reward_weights (K,), group_ids (N,) → advantages (N, T).
     """
@@ -57,6 +59,20 @@ class GDPO(AdvantageEstimator):
     paper = "GDPO: Group reward-Decoupled Normalization Policy Optimization (arXiv:2601.05242)"
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:
+        return AdvantageOutput(self._whiten(self._total(inputs), inputs.mask, inputs.global_stats))
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Σ, Σ² and count of the weighted sums (over trained tokens, or over rows with
+        ``whiten='sequences'``): the global batch normalisation."""
+        if self.config.whiten == "none":
+            return {}
+        total = self._total(inputs)  # (N,)
+        if self.config.whiten == "tokens":
+            return moment_sums(broadcast_to_tokens(total, inputs.mask), inputs.mask)
+        return moment_sums(total)
+
+    def _total(self, inputs: AdvantageInputs) -> Tensor:
+        """(N,) Σ_k w_k a_ik: each objective group-normalised by grpo, then weighted."""
         cfg = self.config
         rewards = inputs.rewards  # (N, K)
         n, k = rewards.shape
@@ -68,15 +84,14 @@ class GDPO(AdvantageEstimator):
         for j in range(k):
             column = AdvantageInputs(rewards=rewards[:, j:j + 1], mask=one_token, group_ids=inputs.group_ids)
             total = total + weights[j] * grpo(column).advantages[:, 0]
-        return AdvantageOutput(self._whiten(total, inputs.mask))
+        return total
 
-    def _whiten(self, total: Tensor, mask: Tensor) -> Tensor:
-        """(N,) weighted sums → (N, T) advantages, normalised over the batch as configured."""
+    def _whiten(self, total: Tensor, mask: Tensor, sums: dict[str, Tensor] | None) -> Tensor:
+        """(N,) weighted sums → (N, T) advantages, normalised over the (global, with ``sums``) batch."""
         cfg = self.config
         if cfg.whiten == "tokens":  # token-weighted: long rows count more (verl)
-            return masked_whiten(broadcast_to_tokens(total, mask), mask, ddof=cfg.whiten_ddof,
-                                 eps=cfg.whiten_eps) * mask
+            return whiten(broadcast_to_tokens(total, mask), mask, cfg.whiten_ddof, cfg.whiten_eps, sums) * mask
         if cfg.whiten == "sequences":  # one value per row, length-independent (TRL)
-            std = total.std(correction=cfg.whiten_ddof) if total.numel() > cfg.whiten_ddof else total.new_zeros(())
-            total = (total - total.mean()) / (std + cfg.whiten_eps)
+            std = batch_std(total, cfg.whiten_ddof, sums)
+            total = (total - batch_mean(total, sums)) / (std + cfg.whiten_eps)
         return broadcast_to_tokens(total, mask)

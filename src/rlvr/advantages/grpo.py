@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, sequence_scores
+from rlvr.advantages.whitening import batch_std, moment_sums
 from rlvr.ops import broadcast_to_tokens, group_stats
 from rlvr.registry import param, register
 from rlvr.types import AdvantageInputs
@@ -52,6 +53,8 @@ class GRPO(AdvantageEstimator):
       * the advantage is scaled by the group (or batch) std, unless ``scale='none'``;
       * ``std_power`` β ∈ [0, 1] interpolates the scaling between GRPO (1) and none (0).
 
+    With ``scale='batch'`` the std is the global batch's under data parallelism (``batch_stats``).
+
     Shapes: rewards (N, K) or token_rewards (N, T), group_ids (N,) → advantages (N, T).
     """
 
@@ -69,7 +72,7 @@ class GRPO(AdvantageEstimator):
             std = torch.where(single, torch.ones_like(stats.std), stats.std)
             adv = centred / (std + cfg.eps) ** cfg.std_power  # x**1.0 == x exactly: β=1 is plain GRPO
         elif cfg.scale == "batch":
-            adv = centred / (_batch_std(scores, cfg.ddof) + cfg.eps) ** cfg.std_power
+            adv = centred / (batch_std(scores, cfg.ddof, inputs.global_stats) + cfg.eps) ** cfg.std_power
         else:
             adv = centred
         if cfg.singleton == "zero":
@@ -77,6 +80,10 @@ class GRPO(AdvantageEstimator):
         metrics = {"zero_std_frac": (stats.std[~single] == 0).float().mean() if (~single).any()
                    else torch.tensor(0.0)}
         return AdvantageOutput(broadcast_to_tokens(adv, inputs.mask), metrics=metrics)
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """With ``scale='batch'``: Σ, Σ² and count of the rows' raw scores, for the global batch std."""
+        return moment_sums(sequence_scores(inputs)) if self.config.scale == "batch" else {}
 
 
 @dataclass(frozen=True)
@@ -102,9 +109,3 @@ class DrGRPO(GRPO):
     Config = DrGRPOConfig
     paper = "Understanding R1-Zero-Like Training: A Critical Perspective (arXiv:2503.20783)"
 
-
-def _batch_std(scores: Tensor, ddof: int) -> Tensor:
-    n = scores.numel()
-    if n <= ddof:
-        return torch.zeros((), dtype=scores.dtype)
-    return scores.std(correction=ddof)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput, outcome_token_rewards, sequence_scores
 from rlvr.advantages.gae import gae_recursion
-from rlvr.ops import broadcast_to_tokens, group_stats, masked_whiten
+from rlvr.advantages.whitening import moment_sums, whiten
+from rlvr.ops import broadcast_to_tokens, group_stats
 from rlvr.registry import param, register
 from rlvr.types import AdvantageInputs
 
@@ -36,7 +38,8 @@ class ReinforcePP(AdvantageEstimator):
 
     Equation: ``G_t = r_t + γ G_{t+1}`` over trained tokens (untrained ones skipped, the running
     return carried through), then ``A = (G − mean)/sqrt(var + eps)`` with mean and var over all
-    trained tokens of the batch. Returns: ``G`` (before whitening).
+    trained tokens of the batch (the global batch under data parallelism, through ``batch_stats``).
+    Returns: ``G`` (before whitening).
 
     Differs from grpo:
       * no per-prompt baseline: the batch-wide whitening is the only normalisation;
@@ -51,11 +54,18 @@ class ReinforcePP(AdvantageEstimator):
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:
         cfg = self.config
-        rewards = outcome_token_rewards(inputs)  # (N, T)
-        # Return-to-go is GAE with V ≡ 0 and λ = 1 (same skipping of untrained tokens).
-        returns = gae_recursion(rewards, torch.zeros_like(rewards), inputs.mask, cfg.gamma, 1.0)  # (N, T)
-        adv = masked_whiten(returns, inputs.mask, ddof=cfg.whiten_ddof, eps=cfg.whiten_eps) * inputs.mask
+        returns = self._returns(inputs)  # (N, T)
+        adv = whiten(returns, inputs.mask, cfg.whiten_ddof, cfg.whiten_eps, inputs.global_stats) * inputs.mask
         return AdvantageOutput(adv, returns=returns)
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Σ, Σ² and count of the returns over trained tokens: the global whitening."""
+        return moment_sums(self._returns(inputs), inputs.mask)
+
+    def _returns(self, inputs: AdvantageInputs) -> Tensor:
+        """(N, T) return-to-go: GAE with V ≡ 0 and λ = 1 (same skipping of untrained tokens)."""
+        rewards = outcome_token_rewards(inputs)  # (N, T)
+        return gae_recursion(rewards, torch.zeros_like(rewards), inputs.mask, self.config.gamma, 1.0)
 
 
 @register("advantage", "reinforce_pp_baseline")
@@ -81,9 +91,18 @@ class ReinforcePPBaseline(AdvantageEstimator):
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:
         cfg = self.config
+        centred = self._centred(inputs)  # (N, T)
+        adv = whiten(centred, inputs.mask, cfg.whiten_ddof, cfg.whiten_eps, inputs.global_stats) * inputs.mask
+        return AdvantageOutput(adv)
+
+    def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
+        """Σ, Σ² and count of the group-centred scores over trained tokens: the global whitening."""
+        return moment_sums(self._centred(inputs), inputs.mask)
+
+    @staticmethod
+    def _centred(inputs: AdvantageInputs) -> Tensor:
+        """(N, T) score minus group mean (0 for a group of one) on trained tokens."""
         scores = sequence_scores(inputs)  # (N,)
         stats = group_stats(scores, inputs.group_ids, ddof=1)
         mean = torch.where(stats.count == 1, torch.zeros_like(stats.mean), stats.mean)
-        centred = broadcast_to_tokens(scores - mean, inputs.mask)  # (N, T)
-        adv = masked_whiten(centred, inputs.mask, ddof=cfg.whiten_ddof, eps=cfg.whiten_eps) * inputs.mask
-        return AdvantageOutput(adv)
+        return broadcast_to_tokens(scores - mean, inputs.mask)

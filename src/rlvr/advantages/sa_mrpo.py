@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from rlvr.advantages.base import AdvantageEstimator, AdvantageOutput
-from rlvr.ops import broadcast_to_tokens, group_stats, masked_whiten
+from rlvr.advantages.whitening import whiten
+from rlvr.ops import broadcast_to_tokens, group_stats
 from rlvr.registry import param, register
 from rlvr.types import AdvantageInputs, BatchError
 
@@ -69,8 +70,8 @@ class SAMRPO(AdvantageEstimator):
     the estimator is grpo. Stateful only with ``saturation_ema > 0`` (``state_dict``); the verl
     adapter builds a fresh instance per call, so there the EMA never accumulates.
 
-    Under data parallelism s_k is the global batch's (``batch_stats`` summed over ranks); the
-    optional whitening still uses this rank's tokens.
+    Under data parallelism s_k and the optional whitening are the global batch's (``batch_stats``
+    summed over ranks).
 
     Shapes: rewards (N, K), reward_weights (K,), group_ids (N,) → advantages (N, T).
     """
@@ -86,13 +87,14 @@ class SAMRPO(AdvantageEstimator):
         cfg = self.config
         rewards = inputs.rewards.float()  # (N, K)
         k = rewards.shape[1]
-        std_adv = torch.stack([self._standardise(rewards[:, j], inputs.group_ids) for j in range(k)], dim=1)  # (N, K)
+        std_adv = self._std_adv(inputs)  # (N, K)
         saturation = self._track(self._saturation_of(rewards, self.stats(inputs)))  # (K,)
         weights = saturation_weights(saturation, self._base_weights(inputs, k), cfg.saturation_gamma)  # (K,)
         total = std_adv @ weights.to(device=std_adv.device, dtype=std_adv.dtype)  # (N,)
         if cfg.batch_whiten:
-            adv = masked_whiten(broadcast_to_tokens(total, inputs.mask), inputs.mask, ddof=cfg.whiten_ddof,
-                                eps=cfg.whiten_eps) * inputs.mask
+            sums = None if inputs.global_stats is None else _weighted_sums(inputs.global_stats, weights)
+            adv = whiten(broadcast_to_tokens(total, inputs.mask), inputs.mask, cfg.whiten_ddof, cfg.whiten_eps,
+                         sums) * inputs.mask
         else:
             adv = broadcast_to_tokens(total, inputs.mask)
         metrics = {}
@@ -100,6 +102,12 @@ class SAMRPO(AdvantageEstimator):
             metrics[f"saturation_{j}"] = saturation[j].float()
             metrics[f"weight_{j}"] = weights[j].float()
         return AdvantageOutput(adv, metrics=metrics)
+
+    def _std_adv(self, inputs: AdvantageInputs) -> Tensor:
+        """(N, K) every objective group-standardised."""
+        rewards = inputs.rewards.float()  # (N, K)
+        return torch.stack([self._standardise(rewards[:, j], inputs.group_ids) for j in range(rewards.shape[1])],
+                           dim=1)
 
     def _standardise(self, r: Tensor, group_ids: Tensor) -> Tensor:
         """(N,) one objective → its group-standardised value (grpo's conventions, 0 for zero std)."""
@@ -111,10 +119,18 @@ class SAMRPO(AdvantageEstimator):
         return torch.where(std == 0, torch.zeros_like(out), out)  # no NaN even with eps = 0
 
     def batch_stats(self, inputs: AdvantageInputs) -> dict[str, Tensor]:
-        """Σ_i r_ik per objective (K,) and the row count (float64), for the global batch mean."""
+        """Σ_i r_ik per objective (K,) and the row count (float64), for the global batch mean; with
+        ``batch_whiten`` also the token-weighted Σ_i c_i Â_ik (K,) and Σ_i c_i Â_i Â_iᵀ (K, K), c_i the row's
+        trained tokens: Σ and Σ² of the weighted sum Σ_k w_k Â_ik for any weights w (known only after the
+        saturation is global)."""
         r = inputs.rewards.double()
-        return {"reward_sum": r.sum(dim=0), "rows": torch.tensor(float(r.shape[0]), dtype=torch.float64,
-                                                                 device=r.device)}
+        out = {"reward_sum": r.sum(dim=0), "rows": torch.tensor(float(r.shape[0]), dtype=torch.float64,
+                                                                device=r.device)}
+        if self.config.batch_whiten:
+            a = self._std_adv(inputs).double()  # (N, K)
+            c = inputs.mask.sum(-1).double()  # (N,)
+            out.update({"whiten_lin": a.T @ c, "whiten_gram": a.T @ (a * c.unsqueeze(-1)), "whiten_count": c.sum()})
+        return out
 
     def _saturation_of(self, rewards: Tensor, stats: dict[str, Tensor]) -> Tensor:
         """(N, K) → (K,) global batch saturation in [0, 1] from the summed ``stats``; rewards outside
@@ -164,6 +180,14 @@ class SAMRPO(AdvantageEstimator):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         s = state.get("saturation")
         self._saturation = None if s is None else torch.tensor(s, dtype=torch.float64)
+
+
+def _weighted_sums(stats: dict[str, Tensor], weights: Tensor) -> dict[str, Tensor]:
+    """``moment_sums`` of Σ_k w_k Â_ik over the global batch's trained tokens from the summed
+    ``whiten_lin`` (K,), ``whiten_gram`` (K, K) and ``whiten_count``."""
+    w = weights.double().to(stats["whiten_lin"].device)  # (K,)
+    return {"whiten_sum": w @ stats["whiten_lin"], "whiten_sq": w @ stats["whiten_gram"] @ w,
+            "whiten_count": stats["whiten_count"]}
 
 
 def saturation_weights(saturation: Tensor, base: Tensor, gamma: float) -> Tensor:
