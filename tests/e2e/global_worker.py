@@ -17,6 +17,8 @@ import torch
 
 from rlvr.batching import concat_rollouts
 from rlvr.rollout.samplers import SampleContext
+from rlvr.train.collect import step_seed
+from rlvr.train.global_batch import trains_no_rows
 from rlvr.train.trainer import Trainer
 from rlvr.registry import register
 from rlvr.types import Problem, Rollouts, Score
@@ -25,7 +27,24 @@ from tests.e2e.tiny import ToyDigit, tiny_config
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 STEPS = 2
 # Two objectives with ~half the groups mixed: SA-MRPO's saturations and TETHER's w are non-trivial.
-OVERRIDES = {"sa_mrpo": ["task.name=toy_two_objectives_test"], "tether": ["task.name=toy_two_objectives_test"]}
+OVERRIDES = {"sa_mrpo": ["task.name=toy_two_objectives_test", "algorithm.advantage.batch_whiten=true"],
+             "tether": ["task.name=toy_two_objectives_test"]}
+# Cases on the default (grpo) configuration rather than a preset: batch whitening (gae with a critic,
+# reinforce_pp) and the filters leaving no row on rank 1 (``filtered_rank1``) or on any rank (``filtered_all``).
+CASES = {"gae": ["algorithm.advantage.name=gae", "algorithm.advantage.lam=0.9", "critic.enabled=true"],
+         "reinforce_pp": ["algorithm.advantage.name=reinforce_pp", "algorithm.advantage.gamma=0.9"],
+         "filtered_rank1": [], "filtered_all": []}
+
+
+class DropProblems:
+    """A filter that drops the groups of the problems in ``uids`` (set before each step). Tests only."""
+
+    def __init__(self) -> None:
+        self.uids: set[str] = set()
+
+    def __call__(self, batch: Rollouts) -> Rollouts:
+        keep = torch.tensor([p.uid not in self.uids for p in batch.problems], dtype=torch.bool)
+        return batch.select(keep.nonzero().squeeze(-1))
 
 
 @register("task", "toy_two_objectives_test")
@@ -83,27 +102,40 @@ def _trim(batch: Rollouts, width: int) -> Rollouts:
 
 
 def run_preset(name: str, out: Path) -> dict[str, Any]:
-    cfg = tiny_config(out / name, ["run.steps=2", "rollout.max_new_tokens=12", *OVERRIDES.get(name, [])],
-                      path=str(PRESETS / f"{name}.yaml"))
+    path = None if name in CASES else str(PRESETS / f"{name}.yaml")
+    cfg = tiny_config(out / name, ["run.steps=2", "rollout.max_new_tokens=12", *OVERRIDES.get(name, []),
+                                   *CASES.get(name, [])], path=path)
     trainer = Trainer(cfg)
     sampler = PerProblemSampler(trainer.collector.sampler, trainer.tokenizer)
     trainer.collector.sampler = sampler
-    if name == "de_venus":  # a rank whose groups are all filtered falls back to its own unfiltered batch
-        trainer.collector.filters = []
+    drop = DropProblems()
+    if name.startswith("filtered_"):
+        trainer.collector.filters = [drop]
     record: dict[str, Any] = {"uids": [], "adv": [], "width": [], "metrics": []}
     for step in range(STEPS):
         sampler.step = trainer.step = step
+        drop.uids = _dropped(name, trainer, step)
         metrics, batch = trainer.train_step()
         record["metrics"].append(metrics)
         mask = batch.completion_mask
-        record["uids"].append([p.uid for p in batch.problems])
-        record["adv"].append([batch.advantages[i][mask[i]].tolist() for i in range(batch.num_rows)])
+        rows = 0 if trains_no_rows(batch) else batch.num_rows  # a masked placeholder is no row
+        record["uids"].append([p.uid for p in batch.problems[:rows]])
+        record["adv"].append([batch.advantages[i][mask[i]].tolist() for i in range(rows)])
         record["width"].append(int(mask.shape[1]))
     selector = trainer.parts["selector"]
     record["state"] = selector.state_dict() if hasattr(selector, "state_dict") else None
     record["flat"] = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()]).tolist()
     record["world"] = trainer.acc.num_processes
     return record
+
+
+def _dropped(name: str, trainer: Trainer, step: int) -> set[str]:
+    """The problems ``filtered_*`` drops at ``step``: rank 1's share of the selection, or all of it."""
+    if not name.startswith("filtered_"):
+        return set()
+    n = trainer.cfg.rollout.prompts_per_step
+    chosen = trainer.collector.selector.select(trainer.collector.task, n, step, step_seed(trainer.cfg.run.seed, step))
+    return {p.uid for p in (chosen if name == "filtered_all" else chosen[n // 2:])}
 
 
 def main(out: str, presets: list[str]) -> None:

@@ -3,7 +3,9 @@
 Every preset below keeps something that spans the batch — a fixed length normaliser (dr_grpo,
 length_power, fade), a selector's state and selections (kgps, de_venus, cvpo's curriculum and its loss
 weights), a batch statistic inside the advantage (sa_mrpo's saturation, tether's w, cvpo's mean value
-variance, fade's entropy). Two real train steps, completions that depend only on the problem and are cut
+variance, fade's entropy, the batch whitening of sa_mrpo (``batch_whiten``), gae and reinforce_pp), and
+the filters' all-filtered fallback (decided on the global batch: a rank left empty trains on no rows; only
+when no rank kept a row do all fall back to their unfiltered batches). Two real train steps, completions that depend only on the problem and are cut
 to problem-dependent lengths (so the ranks' padded widths differ): the 2-rank advantages, selections,
 selector states and updated weights must equal the 1-process run's.
 """
@@ -19,13 +21,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRESETS = ["dr_grpo", "length_power", "kgps", "de_venus", "cvpo", "sa_mrpo", "tether", "fade"]
+PRESETS = ["dr_grpo", "length_power", "kgps", "de_venus", "cvpo", "sa_mrpo", "tether", "fade",
+           "gae", "reinforce_pp", "filtered_rank1", "filtered_all"]
 # Batch statistics each rank must compute on the global batch (logged means over ranks = the 1-process value).
 STATS = {"sa_mrpo": ["adv/saturation_0", "adv/saturation_1", "adv/weight_0", "adv/weight_1"],
          "tether": ["adv/tether_w", "adv/tether_mse_v", "adv/tether_var_grp"],
          "cvpo": ["adv/value_var_mean", "select/loss_weight_min", "select/loss_weight_max"],
          "fade": ["adv/entropy", "adv/eta", "adv/entropy_target"],
-         "kgps": ["optim/policy_kl", "select/kgps_q", "select/kgps_var_mean"]}
+         "kgps": ["optim/policy_kl", "select/kgps_q", "select/kgps_var_mean"],
+         "filtered_rank1": ["rollout/all_filtered"],
+         "filtered_all": ["rollout/all_filtered"]}
 
 
 def _run(out: Path, nproc: int) -> list[dict]:
@@ -68,10 +73,20 @@ def test_two_ranks_equal_one_process(runs, preset):
     assert _close(a["state"], single["state"], 1e-6)
     assert a["flat"] == b["flat"]
     assert _close(a["flat"], single["flat"])
-    assert any(abs(x) > 1e-6 for row in single["adv"][0] for x in row)  # a non-trivial update
+    assert any(abs(x) > 1e-6 for step in single["adv"] for row in step for x in row)  # a non-trivial update
 
 
 def test_ranks_had_different_padded_widths(runs):
     (r0, r1), _ = runs
     differing = [(p, s) for p in PRESETS for s in range(len(r0[p]["width"])) if r0[p]["width"][s] != r1[p]["width"][s]]
     assert len(differing) >= len(PRESETS)  # most steps: the normaliser would differ if it were the padded width
+
+
+def test_an_empty_rank_trains_on_no_rows_and_the_fallback_is_global(runs):
+    (r0, r1), one = runs
+    part = r0["filtered_rank1"], r1["filtered_rank1"], one["filtered_rank1"]
+    assert all(part[1]["uids"][s] == [] and part[0]["uids"][s] for s in range(2))  # rank 1: no rows
+    assert all(m["rollout/all_filtered"] == 0.0 for r in part for m in r["metrics"])
+    every = r0["filtered_all"], r1["filtered_all"], one["filtered_all"]
+    assert all(r["uids"][s] for r in every for s in range(2))  # every rank falls back to its own rows
+    assert all(m["rollout/all_filtered"] == 1.0 for r in every for m in r["metrics"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -11,6 +11,7 @@ from rlvr.rewards.functions import score_functions
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.tasks import verify_all
 from rlvr.tasks.pool import active as active_pool
+from rlvr.train.global_batch import placeholder
 from rlvr.types import BatchError, Problem, Rollouts
 
 
@@ -24,7 +25,8 @@ class Collector:
 
     def __init__(self, *, task: Any, selector: Any, shapers: list, filters: list, rollout_cfg: Any,
                  tokenizer: Any, seed: int, rank: int, world_size: int, timer: Any, sampler: Any = None,
-                 reference: torch.nn.Module | None = None, reward_functions: list | None = None) -> None:
+                 reference: torch.nn.Module | None = None, reward_functions: list | None = None,
+                 rows_over_ranks: Callable[[int], int] | None = None) -> None:
         cfg = rollout_cfg
         if cfg.prompts_per_step % world_size:
             raise BatchError(f"rollout.prompts_per_step={cfg.prompts_per_step} is not divisible by "
@@ -37,6 +39,8 @@ class Collector:
         self.functions = reward_functions or []  # rlvr.rewards.functions.RewardFunction, scored beside the verdict
         self.cfg, self.tokenizer, self.seed, self.timer = cfg, tokenizer, seed, timer
         self.rank, self.world_size = rank, world_size
+        # Σ over data-parallel ranks of a row count (a collective every rank calls); identity in one process.
+        self.rows_over_ranks = rows_over_ranks or (lambda n: n)
         self.local_prompts = cfg.prompts_per_step // world_size
         self._looked: dict[tuple[int, str], Any] = {}  # (id(problem), text) -> Score a sampler asked for this round
 
@@ -60,12 +64,23 @@ class Collector:
                 kept += int(torch.unique(batch.group_ids).numel())
             if kept >= self.local_prompts:
                 break
-        if not parts:  # every group was filtered out: train on the shaped, unfiltered first round
-            parts, stats["rollout/all_filtered"] = [first_shaped], 1.0
+        parts = self._fallback(parts, first_shaped, batch.meta, stats)
         out = concat_rollouts(parts, self.tokenizer.pad_token_id)
         out = _keep_first_groups(out, self.local_prompts)
         stats["rollout/kept_groups"] = float(torch.unique(out.group_ids).numel())
         return out, stats
+
+    def _fallback(self, parts: list[Rollouts], first_shaped: Rollouts, filtered_meta: dict[str, Any],
+                  stats: dict[str, float]) -> list[Rollouts]:
+        """Decided on the global batch, as in one process: when the filters left no row on any rank, every
+        rank trains on its shaped, unfiltered first round (``rollout/all_filtered``); a rank left empty
+        while others kept rows trains on no rows (its share of the one-process batch is empty): it holds a
+        masked ``placeholder`` row, so it still joins every forward pass and collective of the step."""
+        if self.rows_over_ranks(sum(p.num_rows for p in parts)) == 0:
+            stats["rollout/all_filtered"] = 1.0
+            return [first_shaped]
+        stats["rollout/all_filtered"] = 0.0
+        return parts or [placeholder(first_shaped, filtered_meta)]
 
     def _one_round(self, model: torch.nn.Module, step: int, round_: int) -> tuple[Rollouts, Rollouts, Rollouts]:
         """(filtered, shaped, verified) batches of one sampling round."""

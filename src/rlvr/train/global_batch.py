@@ -2,9 +2,13 @@
 plug-ins which need the whole batch (DESIGN.md §4) see it, never one rank's slice.
 
 * ``sum_over_ranks``: an advantage estimator's additive statistics (``batch_stats``) summed over ranks;
+* ``rows_over_ranks``: a row count summed over ranks (whether the filters left any row anywhere);
 * ``gather_feedback``: the step's problems, rewards and selector notes of every rank, in rank order
   (= the order of the one-process batch, since rank r trains the r-th share of the selected prompts),
   so every rank's selector observes the same global batch and keeps identical state;
+* ``placeholder`` / ``trains_no_rows``: a rank whose rows the filters all dropped (while other ranks kept
+  some) holds one fully masked row, so its forward passes and collectives run in step with the others,
+  while advantage statistics and selectors see no row from it (``local_inputs``, ``gather_feedback``);
 * ``apply_row_weights``: per-row loss weights a selector computes on the global batch (CVPO's
   curriculum ω), each rank applying its own rows' share.
 
@@ -13,6 +17,7 @@ In one process every function returns its input (or the batch's own values) unch
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -20,7 +25,11 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 from torch import Tensor
 
-from rlvr.types import Rollouts
+from rlvr.types import AdvantageInputs, Rollouts
+
+NO_ROWS = "no_rows"  # batch.meta flag: this rank trains no row; its one row is a masked placeholder
+_PER_ROW = ("rewards", "mask", "group_ids", "token_rewards", "values", "logprobs", "entropy", "plan_ids",
+            "role_mask", "first_mistake", "turn_baselines")  # AdvantageInputs fields with a leading N
 
 
 def sum_over_ranks(acc: Accelerator, stats: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -38,13 +47,44 @@ def sum_over_ranks(acc: Accelerator, stats: dict[str, Tensor]) -> dict[str, Tens
     return out
 
 
+def placeholder(batch: Rollouts, meta: dict[str, Any]) -> Rollouts:
+    """``batch``'s first row with no trained token, flagged ``NO_ROWS``, with the filtered batch's ``meta``
+    (its filter and shaper notes: every rank logs the same metric keys): contributes nothing to the loss
+    or to the global normalisers (which count trained tokens and rows with one)."""
+    row = batch.select(torch.zeros(1, dtype=torch.long))
+    row.completion_mask = torch.zeros_like(row.completion_mask)
+    row.meta = {**meta, NO_ROWS: True}
+    return row
+
+
+def trains_no_rows(batch: Rollouts) -> bool:
+    return bool(batch.meta.get(NO_ROWS, False))
+
+
+def local_inputs(batch: Rollouts, inputs: AdvantageInputs) -> AdvantageInputs:
+    """The advantage inputs of the rows this rank trains: none for a placeholder batch, else ``inputs``."""
+    if not trains_no_rows(batch):
+        return inputs
+    empty = torch.zeros(0, dtype=torch.long, device=inputs.mask.device)
+    sliced = {f: getattr(inputs, f)[empty] for f in _PER_ROW if getattr(inputs, f) is not None}
+    return dataclasses.replace(inputs, **sliced)
+
+
+def rows_over_ranks(acc: Accelerator, rows: int) -> int:
+    """A row count summed over ranks (the collector's all-filtered decision is the global batch's)."""
+    if acc.num_processes == 1:
+        return rows
+    return int(sum_over_ranks(acc, {"rows": torch.tensor(float(rows), dtype=torch.float64)})["rows"].item())
+
+
 def gather_feedback(acc: Accelerator, batch: Rollouts, meta_keys: tuple[str, ...]) -> dict[str, Any]:
     """The selector's view of the step: ``problems`` (N_global,), ``rewards`` (N_global, K), ``meta`` (the
     ``meta_keys`` lists of every rank, concatenated) and ``offset`` (this rank's first global row)."""
     if acc.num_processes == 1:
         return {"problems": batch.problems, "rewards": batch.rewards, "meta": batch.meta, "offset": 0}
-    local = {"problems": list(batch.problems), "rewards": batch.rewards.detach().cpu(),
-             "meta": {k: list(batch.meta[k]) for k in meta_keys if k in batch.meta}}
+    n = 0 if trains_no_rows(batch) else batch.num_rows
+    local = {"problems": list(batch.problems)[:n], "rewards": batch.rewards.detach().cpu()[:n],
+             "meta": {k: list(batch.meta[k]) for k in meta_keys if k in batch.meta}}  # notes of every group
     ranks = gather_object([local])  # one dict per rank, in rank order
     meta: dict[str, list] = {}
     for part in ranks:
@@ -60,7 +100,13 @@ def apply_row_weights(batch: Rollouts, weights: Tensor | None, offset: int) -> d
     the weights' min / max / std over the global batch (``select/loss_weight_*``), empty without weights."""
     if weights is None:
         return {}
+    if trains_no_rows(batch):  # no row of the global batch here
+        return _weight_stats(weights)
     w = weights[offset:offset + batch.num_rows].to(device=batch.advantages.device, dtype=batch.advantages.dtype)
     batch.advantages = batch.advantages * w.unsqueeze(-1)  # (N, T)
+    return _weight_stats(weights)
+
+
+def _weight_stats(weights: Tensor) -> dict[str, float]:
     return {"select/loss_weight_min": weights.min().item(), "select/loss_weight_max": weights.max().item(),
             "select/loss_weight_std": weights.std().item() if weights.numel() > 1 else 0.0}

@@ -36,7 +36,8 @@ from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict
-from rlvr.train.global_batch import apply_row_weights, gather_feedback, sum_over_ranks
+from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
+                                    sum_over_ranks)
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.train.movement import Movement
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
@@ -82,7 +83,8 @@ class Trainer:
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
-            sampler=self.parts["sampler"], reference=self.ref_model, reward_functions=self.parts["reward_functions"])
+            sampler=self.parts["sampler"], reference=self.ref_model, reward_functions=self.parts["reward_functions"],
+            rows_over_ranks=lambda rows: rows_over_ranks(self.acc, rows))
         self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
@@ -248,12 +250,17 @@ class Trainer:
                                  logprobs=batch.rollout_logprobs, first_mistake=self._first_mistakes(batch),
                                  reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None,
                                  entropy=batch.entropy, **_sampler_structure(batch))
+        inputs = local_inputs(batch, inputs)  # no rows when this rank holds only a masked placeholder
         if self.acc.num_processes > 1:  # batch statistics of the global batch, not this rank's rows
             inputs.global_stats = sum_over_ranks(self.acc, estimator.batch_stats(inputs))
         result = estimator(inputs)
+        returns = result.returns if result.returns is not None or self.critic is None else mc_returns(inputs)
+        if inputs.mask.shape[0] != batch.num_rows:  # the placeholder row: nothing to train, nothing to fit
+            result.advantages = torch.zeros(batch.completion_mask.shape, device=batch.completion_mask.device)
+            returns = torch.zeros_like(result.advantages)
         batch.advantages = result.advantages
         if self.critic is not None:  # value targets: the estimator's returns, else Monte-Carlo
-            batch.meta["returns"] = result.returns if result.returns is not None else mc_returns(inputs)
+            batch.meta["returns"] = returns
         adv = result.advantages[batch.completion_mask]
         metrics["adv/mean"] = adv.mean().item() if adv.numel() else 0.0
         metrics["adv/abs_mean"] = adv.abs().mean().item() if adv.numel() else 0.0
