@@ -87,6 +87,8 @@ def test_an_empty_rank_trains_on_no_rows_and_the_fallback_is_global(runs):
     part = r0["filtered_rank1"], r1["filtered_rank1"], one["filtered_rank1"]
     assert all(part[1]["uids"][s] == [] and part[0]["uids"][s] for s in range(2))  # rank 1: no rows
     assert all(m["rollout/all_filtered"] == 0.0 for r in part for m in r["metrics"])
+    for s in range(2):  # kept groups, k on rank 0 and none on rank 1, average to half the one-process count
+        assert part[0]["metrics"][s]["rollout/kept_groups"] == part[2]["metrics"][s]["rollout/kept_groups"] / 2
     every = r0["filtered_all"], r1["filtered_all"], one["filtered_all"]
     assert all(r["uids"][s] for r in every for s in range(2))  # every rank falls back to its own rows
     assert all(m["rollout/all_filtered"] == 1.0 for r in every for m in r["metrics"])

@@ -11,7 +11,7 @@ from rlvr.rewards.functions import score_functions
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.tasks import verify_all
 from rlvr.tasks.pool import active as active_pool
-from rlvr.train.global_batch import placeholder
+from rlvr.train.global_batch import placeholder, trains_no_rows
 from rlvr.types import BatchError, Problem, Rollouts
 
 
@@ -67,7 +67,7 @@ class Collector:
         parts = self._fallback(parts, first_shaped, batch.meta, stats)
         out = concat_rollouts(parts, self.tokenizer.pad_token_id)
         out = _keep_first_groups(out, self.local_prompts)
-        stats["rollout/kept_groups"] = float(torch.unique(out.group_ids).numel())
+        stats["rollout/kept_groups"] = 0.0 if trains_no_rows(out) else float(torch.unique(out.group_ids).numel())
         return out, stats
 
     def _fallback(self, parts: list[Rollouts], first_shaped: Rollouts, filtered_meta: dict[str, Any],
