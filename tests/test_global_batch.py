@@ -56,7 +56,7 @@ def test_all_filtered_fallback_is_decided_on_the_global_batch():
     assert out.num_rows == 3 and out.completion_mask.sum() == 6 and stats["rollout/all_filtered"] == 1.0
     (out,) = _fallback(8, [], stats)  # other ranks kept rows: this rank trains none
     assert stats["rollout/all_filtered"] == 0.0 and trains_no_rows(out)
-    assert out.num_rows == 1 and not out.completion_mask.any() and out.meta["shaper_metrics"] == {"filter/kept": 0.0}
+    assert out.num_rows == 3 and not out.completion_mask.any() and out.meta["shaper_metrics"] == {"filter/kept": 0.0}
     kept = [_batch().select(torch.tensor([2]))]
     assert _fallback(8, kept, stats) == kept and not trains_no_rows(kept[0])
     assert rows_over_ranks(Accelerator(cpu=True), 5) == 5

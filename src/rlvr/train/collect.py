@@ -75,7 +75,8 @@ class Collector:
         """Decided on the global batch, as in one process: when the filters left no row on any rank, every
         rank trains on its shaped, unfiltered first round (``rollout/all_filtered``); a rank left empty
         while others kept rows trains on no rows (its share of the one-process batch is empty): it holds a
-        masked ``placeholder`` row, so it still joins every forward pass and collective of the step."""
+        masked ``placeholder`` (its unfiltered rows, no token trained), so it still joins every forward
+        pass, mini-batch and collective of the step."""
         if self.rows_over_ranks(sum(p.num_rows for p in parts)) == 0:
             stats["rollout/all_filtered"] = 1.0
             return [first_shaped]

@@ -7,7 +7,8 @@ plug-ins which need the whole batch (DESIGN.md §4) see it, never one rank's sli
   (= the order of the one-process batch, since rank r trains the r-th share of the selected prompts),
   so every rank's selector observes the same global batch and keeps identical state;
 * ``placeholder`` / ``trains_no_rows``: a rank whose rows the filters all dropped (while other ranks kept
-  some) holds one fully masked row, so its forward passes and collectives run in step with the others,
+  some) holds its unfiltered rows fully masked, so its forward passes, mini-batches and collectives run
+  in step with the others,
   while advantage statistics and selectors see no row from it (``local_inputs``, ``gather_feedback``);
 * ``apply_row_weights``: per-row loss weights a selector computes on the global batch (CVPO's
   curriculum ω), each rank applying its own rows' share.
@@ -27,7 +28,7 @@ from torch import Tensor
 
 from rlvr.types import AdvantageInputs, Rollouts
 
-NO_ROWS = "no_rows"  # batch.meta flag: this rank trains no row; its one row is a masked placeholder
+NO_ROWS = "no_rows"  # batch.meta flag: this rank trains no row; its rows are a masked placeholder
 _PER_ROW = ("rewards", "mask", "group_ids", "token_rewards", "values", "logprobs", "entropy", "plan_ids",
             "role_mask", "first_mistake", "turn_baselines")  # AdvantageInputs fields with a leading N
 
@@ -48,13 +49,14 @@ def sum_over_ranks(acc: Accelerator, stats: dict[str, Tensor]) -> dict[str, Tens
 
 
 def placeholder(batch: Rollouts, meta: dict[str, Any]) -> Rollouts:
-    """``batch``'s first row with no trained token, flagged ``NO_ROWS``, with the filtered batch's ``meta``
-    (its filter and shaper notes: every rank logs the same metric keys): contributes nothing to the loss
-    or to the global normalisers (which count trained tokens and rows with one)."""
-    row = batch.select(torch.zeros(1, dtype=torch.long))
-    row.completion_mask = torch.zeros_like(row.completion_mask)
-    row.meta = {**meta, NO_ROWS: True}
-    return row
+    """``batch``'s rows with no trained token, flagged ``NO_ROWS``, with the filtered batch's ``meta`` (its
+    filter and shaper notes: every rank logs the same metric keys). Contributes nothing to the loss or to
+    the global normalisers (which count trained tokens and rows with one); keeps the unfiltered row count,
+    so ``optim.mini_batches`` still finds enough rows."""
+    rows = batch.select(torch.arange(batch.num_rows))  # a copy: the caller's batch keeps its mask
+    rows.completion_mask = torch.zeros_like(rows.completion_mask)
+    rows.meta = {**meta, NO_ROWS: True}
+    return rows
 
 
 def trains_no_rows(batch: Rollouts) -> bool:

@@ -255,7 +255,7 @@ class Trainer:
             inputs.global_stats = sum_over_ranks(self.acc, estimator.batch_stats(inputs))
         result = estimator(inputs)
         returns = result.returns if result.returns is not None or self.critic is None else mc_returns(inputs)
-        if inputs.mask.shape[0] != batch.num_rows:  # the placeholder row: nothing to train, nothing to fit
+        if inputs.mask.shape[0] != batch.num_rows:  # placeholder rows: nothing to train, nothing to fit
             result.advantages = torch.zeros(batch.completion_mask.shape, device=batch.completion_mask.device)
             returns = torch.zeros_like(result.advantages)
         batch.advantages = result.advantages
