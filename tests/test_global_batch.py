@@ -69,5 +69,6 @@ def test_a_placeholder_rank_shows_no_rows_to_estimators_and_selectors():
     empty = local_inputs(batch, inputs)
     assert empty.rewards.shape == (0, 1) and empty.mask.shape == (0, 3) and empty.group_ids.shape == (0,)
     assert local_inputs(_batch(), inputs) is inputs
-    assert apply_row_weights(batch, torch.tensor([0.5, 1.5]), offset=2) == {
-        "select/loss_weight_min": 0.5, "select/loss_weight_max": 1.5, "select/loss_weight_std": pytest.approx(0.7071, abs=1e-4)}
+    assert apply_row_weights(batch, torch.tensor([0.5, 1.5]), offset=2) == {  # global stats, no rows scaled
+        "select/loss_weight_min": 0.5, "select/loss_weight_max": 1.5,
+        "select/loss_weight_std": pytest.approx(0.7071, abs=1e-4)}
