@@ -13,7 +13,22 @@ from rlvr.registry import KINDS, describe, entries
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning with verifiable rewards.")
     sub = parser.add_subparsers(dest="command", required=True)
+    _training_commands(sub)
+    _tool_commands(sub)
+    args = parser.parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except (ValueError, KeyError, RuntimeError) as err:  # input errors: one clear line
+        print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a missing file, a full disk, no permission: one line naming the path
+        where = f": {err.filename}" if err.filename else ""
+        print(f"rlvr {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 2
 
+
+def _training_commands(sub: Any) -> None:
+    """quickstart, train, sft, eval."""
     p = sub.add_parser("quickstart", help="tiny model, warm start, GRPO, before/after accuracy and a plot")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="run folder (default runs/quickstart, or runs/quickstart_seed<S>)")
@@ -51,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--confidence", choices=("stated", "sequence"), default="stated",
                    help="cas: the completion's stated 'confidence: 0.8', or exp(mean token log-prob)")
 
+
+def _tool_commands(sub: Any) -> None:
+    """compare, plot, bound, example, export, list."""
     p = sub.add_parser("compare", help="methods x seeds under one equal budget: results.md, results.json, plots")
     p.add_argument("config", help="comparison YAML (e.g. configs/compare/baselines.yaml)")
     p.add_argument("--jobs", type=int, default=None, help="runs at once (default: the file's `jobs`, else 1)")
@@ -85,17 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", choices=KINDS, default=None)
-
-    args = parser.parse_args(argv)
-    try:
-        return _COMMANDS[args.command](args)
-    except (ValueError, KeyError, RuntimeError) as err:  # input errors: one clear line
-        print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # a missing file, a full disk, no permission: one line naming the path
-        where = f": {err.filename}" if err.filename else ""
-        print(f"rlvr {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
-        return 2
 
 
 def cmd_list(args: argparse.Namespace) -> int:
