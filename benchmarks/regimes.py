@@ -7,7 +7,8 @@ evaluate on held-out problems with k samples and print one JSON object per regim
 * ``confident``: maj@k (the share of problems whose group majority is right; target >= 0.6), greedy;
 * ``mixed_pool``: over the fixed training pool, the share of problems the warm start solves in none,
   some or all of k samples (informative = some);
-* ``long``: sampled completion lengths (min, mean, max over problems of the mean length) and greedy.
+* ``long``: mean sampled and greedy completion lengths, greedy accuracy, pass@k and maj@k
+  (the demonstrations' lengths are checked in tests/test_regimes.py).
 
     python benchmarks/regimes.py --regime hard --seeds 0 1 --threads 1
 """
