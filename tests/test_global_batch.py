@@ -10,7 +10,7 @@ from accelerate import Accelerator
 
 from rlvr import AdvantageInputs
 from rlvr.train.collect import Collector
-from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, placeholder, rows_over_ranks,
+from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, fully_masked, rows_over_ranks,
                                      sum_over_ranks, trains_no_rows)
 from rlvr.types import Problem, Rollouts
 
@@ -62,9 +62,9 @@ def test_all_filtered_fallback_is_decided_on_the_global_batch():
     assert rows_over_ranks(Accelerator(cpu=True), 5) == 5
 
 
-def test_a_placeholder_rank_shows_no_rows_to_estimators_and_selectors():
+def test_a_fully_masked_rank_shows_no_rows_to_estimators_and_selectors():
     # (gather_feedback's no-row share needs two processes: tests/e2e/test_distributed_global.py)
-    batch = placeholder(_batch(), {"supervision_groups": [{"uid": "a"}]})
+    batch = fully_masked(_batch(), {"supervision_groups": [{"uid": "a"}]})
     inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)
     empty = local_inputs(batch, inputs)
     assert empty.rewards.shape == (0, 1) and empty.mask.shape == (0, 3) and empty.group_ids.shape == (0,)

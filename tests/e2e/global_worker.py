@@ -118,7 +118,7 @@ def run_preset(name: str, out: Path) -> dict[str, Any]:
         metrics, batch = trainer.train_step()
         record["metrics"].append(metrics)
         mask = batch.completion_mask
-        rows = 0 if trains_no_rows(batch) else batch.num_rows  # a masked placeholder is no row
+        rows = 0 if trains_no_rows(batch) else batch.num_rows  # a fully masked batch trains no row
         record["uids"].append([p.uid for p in batch.problems[:rows]])
         record["adv"].append([batch.advantages[i][mask[i]].tolist() for i in range(rows)])
         record["width"].append(int(mask.shape[1]))

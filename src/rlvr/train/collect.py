@@ -11,7 +11,7 @@ from rlvr.rewards.functions import score_functions
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.tasks import verify_all
 from rlvr.tasks.pool import active as active_pool
-from rlvr.train.global_batch import placeholder, trains_no_rows
+from rlvr.train.global_batch import fully_masked, trains_no_rows
 from rlvr.types import BatchError, Problem, Rollouts
 
 
@@ -75,13 +75,13 @@ class Collector:
         """Decided on the global batch, as in one process: when the filters left no row on any rank, every
         rank trains on its shaped, unfiltered first round (``rollout/all_filtered``); a rank left empty
         while others kept rows trains on no rows (its share of the one-process batch is empty): it holds a
-        masked ``placeholder`` (its unfiltered rows, no token trained), so it still joins every forward
+        ``fully_masked`` batch (its unfiltered rows, no token trained), so it still joins every forward
         pass, mini-batch and collective of the step."""
         if self.rows_over_ranks(sum(p.num_rows for p in parts)) == 0:
             stats["rollout/all_filtered"] = 1.0
             return [first_shaped]
         stats["rollout/all_filtered"] = 0.0
-        return parts or [placeholder(first_shaped, filtered_meta)]
+        return parts or [fully_masked(first_shaped, filtered_meta)]
 
     def _one_round(self, model: torch.nn.Module, step: int, round_: int) -> tuple[Rollouts, Rollouts, Rollouts]:
         """(filtered, shaped, verified) batches of one sampling round."""

@@ -6,7 +6,7 @@ plug-ins which need the whole batch (DESIGN.md §4) see it, never one rank's sli
 * ``gather_feedback``: the step's problems, rewards and selector notes of every rank, in rank order
   (= the order of the one-process batch, since rank r trains the r-th share of the selected prompts),
   so every rank's selector observes the same global batch and keeps identical state;
-* ``placeholder`` / ``trains_no_rows``: a rank whose rows the filters all dropped (while other ranks kept
+* ``fully_masked`` / ``trains_no_rows``: a rank whose rows the filters all dropped (while other ranks kept
   some) holds its unfiltered rows fully masked, so its forward passes, mini-batches and collectives run
   in step with the others,
   while advantage statistics and selectors see no row from it (``local_inputs``, ``gather_feedback``);
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from rlvr.types import AdvantageInputs, Rollouts
 
-NO_ROWS = "no_rows"  # batch.meta flag: this rank trains no row; its rows are a masked placeholder
+NO_ROWS = "no_rows"  # batch.meta flag: this rank trains no row; its rows are all masked
 _PER_ROW = ("rewards", "mask", "group_ids", "token_rewards", "values", "logprobs", "entropy", "plan_ids",
             "role_mask", "first_mistake", "turn_baselines")  # AdvantageInputs fields with a leading N
 
@@ -48,7 +48,7 @@ def sum_over_ranks(acc: Accelerator, stats: dict[str, Tensor]) -> dict[str, Tens
     return out
 
 
-def placeholder(batch: Rollouts, meta: dict[str, Any]) -> Rollouts:
+def fully_masked(batch: Rollouts, meta: dict[str, Any]) -> Rollouts:
     """``batch``'s rows with no trained token, flagged ``NO_ROWS``, with the filtered batch's ``meta`` (its
     filter and shaper notes: every rank logs the same metric keys). Contributes nothing to the loss or to
     the global normalisers (which count trained tokens and rows with one); keeps the unfiltered row count,
@@ -64,7 +64,7 @@ def trains_no_rows(batch: Rollouts) -> bool:
 
 
 def local_inputs(batch: Rollouts, inputs: AdvantageInputs) -> AdvantageInputs:
-    """The advantage inputs of the rows this rank trains: none for a placeholder batch, else ``inputs``."""
+    """The advantage inputs of the rows this rank trains: none for a fully masked batch, else ``inputs``."""
     if not trains_no_rows(batch):
         return inputs
     empty = torch.zeros(0, dtype=torch.long, device=inputs.mask.device)

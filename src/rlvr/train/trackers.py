@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,14 @@ def check_report_to(report_to: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n != "none"))
 
 
-class Tracker:
+class Tracker(ABC):
     """One experiment tracker: scalars per step, optionally tables, closed at the end."""
 
     supports_tables = False
 
+    @abstractmethod
     def log(self, step: int, scalars: dict[str, float]) -> None:
-        raise NotImplementedError
+        """Send one step's finite scalars; every tracker implements it."""
 
     def table(self, step: int, rows: list[dict[str, Any]]) -> None:
         """A completions table (columns :data:`TABLE_COLUMNS`); only where ``supports_tables``."""

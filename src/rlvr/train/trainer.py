@@ -250,12 +250,12 @@ class Trainer:
                                  logprobs=batch.rollout_logprobs, first_mistake=self._first_mistakes(batch),
                                  reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None,
                                  entropy=batch.entropy, **_sampler_structure(batch))
-        inputs = local_inputs(batch, inputs)  # no rows when this rank holds only a masked placeholder
+        inputs = local_inputs(batch, inputs)  # no rows when this rank holds only fully masked rows
         if self.acc.num_processes > 1:  # batch statistics of the global batch, not this rank's rows
             inputs.global_stats = sum_over_ranks(self.acc, estimator.batch_stats(inputs))
         result = estimator(inputs)
         returns = result.returns if result.returns is not None or self.critic is None else mc_returns(inputs)
-        if inputs.mask.shape[0] != batch.num_rows:  # placeholder rows: nothing to train, nothing to fit
+        if inputs.mask.shape[0] != batch.num_rows:  # fully masked rows: nothing to train, nothing to fit
             result.advantages = torch.zeros(batch.completion_mask.shape, device=batch.completion_mask.device)
             returns = torch.zeros_like(result.advantages)
         batch.advantages = result.advantages

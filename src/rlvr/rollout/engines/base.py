@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -61,7 +62,7 @@ class NoConfig:
     """An engine without options."""
 
 
-class Engine:
+class Engine(ABC):
     """Base of the generation engines: ``decode`` returns tokens (N, T) and log-probs (N, T),
     T ≤ ``max_new_tokens`` (tokens after a row's eos are masked by the caller), and may leave
     metrics in ``last_stats``."""
@@ -75,8 +76,9 @@ class Engine:
         self.config = config if config is not None else self.Config()
         self.last_stats: dict[str, float] = {}
 
+    @abstractmethod
     def decode(self, model: PreTrainedModel, request: DecodeRequest) -> tuple[Tensor, Tensor]:
-        raise NotImplementedError
+        """Tokens (N, T) and their log-probs (N, T) for ``request``; every engine implements it."""
 
 
 def engine_class(name: str) -> type:
