@@ -32,14 +32,15 @@ def fixed_global_batch(vocab: int) -> Rollouts:
 
 
 def savings_global_batch(vocab: int) -> Rollouts:
-    """The fixed batch with left-padded prompts of 2..P tokens, and groups 1-3 unanimous (all correct
-    or all wrong): on 2 ranks, rank 1 holds only rows the zero-advantage skip leaves out."""
+    """The fixed batch with left-padded prompts of 2..P tokens, groups 0 and 1 mixed and groups 2 and 3
+    unanimous (all wrong, all correct): on 2 ranks, rank 0 runs two micro-batches per mini-batch and
+    rank 1, holding only rows the zero-advantage skip leaves out, one (a single zero-gradient row)."""
     batch = fixed_global_batch(vocab)
     gen = torch.Generator().manual_seed(99)
     starts = torch.randint(0, P - 1, (batch.num_rows,), generator=gen)  # (N,) first real prompt column
     batch.prompt_mask = torch.arange(P).unsqueeze(0) >= starts.unsqueeze(1)  # (N, P) left-padded
     batch.prompt_ids = torch.where(batch.prompt_mask, batch.prompt_ids, torch.zeros_like(batch.prompt_ids))
-    batch.rewards = torch.tensor([1., 0., 0., 1., 1., 1., 1., 1., 0., 0., 0., 0., 1., 1., 1., 1.]).unsqueeze(1)
+    batch.rewards = torch.tensor([1., 0., 0., 1., 1., 1., 0., 1., 0., 0., 0., 0., 1., 1., 1., 1.]).unsqueeze(1)
     return batch
 
 

@@ -52,8 +52,8 @@ def test_two_process_update_with_the_exact_savings_equals_single_process_without
     the weights equal one process with every row computed at full padding."""
     two = _run(["savings"], tmp_path / "two", 2)
     off = _run(["savings_off"], tmp_path / "off", 1)[0]
-    # rank 0: group 0 kept, group 1 left out; rank 1: one row of each 4-row mini-batch computed
-    assert (two[0]["skipped"], two[1]["skipped"], off["skipped"]) == (0.5, 0.75, 0.0)
+    # rank 0 computes every row (2 micro-batches a mini-batch); rank 1 one row of each 4-row mini-batch
+    assert (two[0]["skipped"], two[1]["skipped"], off["skipped"]) == (0.0, 0.75, 0.0)
     assert abs(two[0]["loss"] - off["loss"]) < 1e-6 and abs(off["loss"]) > 1e-3
     assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
     assert _max_diff(two[0]["flat"], off["flat"]) < 1e-6
