@@ -72,6 +72,7 @@ class UpdatePhase:
                     sums[key] = sums.get(key, 0.0) + value / len(minis)
             out.update(sums)
         return {**out, **plan.metrics(batch.num_rows * o.ppo_epochs)}
+
     def _behaviour_logprobs(self, batch: Rollouts) -> bool:
         """Fill ``batch.old_logprobs`` before any step; True when the first epoch's forward must fill them."""
         if batch.old_logprobs is not None:
