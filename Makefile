@@ -41,7 +41,7 @@ test-vllm:
 	$(VVENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VVENV)/bin/pip install -q --no-deps peft
 	$(VVENV)/bin/pip install -q --no-deps -e .
-	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/test_vllm_engine.py
+	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/test_vllm_engine.py tests/test_vllm_server.py tests/test_vllm_server_live.py
 
 clean:
 	rm -rf $(VENV) $(VVENV) runs
