@@ -27,10 +27,9 @@ from torch import Tensor
 SIGNATURE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 
 
-def encode_weights(weights: Iterable[tuple[str, Tensor]]) -> str:
-    """(name, tensor) pairs → base64 text of a safetensors file (tensors that share storage, like
-    tied embeddings, are copied so each name stands alone)."""
-    from safetensors.torch import save
+def standalone(weights: Iterable[tuple[str, Tensor]]) -> dict[str, Tensor]:
+    """{name: CPU tensor} that safetensors accepts: tensors sharing storage (tied embeddings) are
+    copied so each name stands alone."""
     seen: set[int] = set()
     tensors = {}
     for name, tensor in weights:
@@ -39,7 +38,13 @@ def encode_weights(weights: Iterable[tuple[str, Tensor]]) -> str:
             t = t.clone()
         seen.add(t.data_ptr())
         tensors[name] = t
-    return base64.b64encode(save(tensors)).decode("ascii")
+    return tensors
+
+
+def encode_weights(weights: Iterable[tuple[str, Tensor]]) -> str:
+    """(name, tensor) pairs → base64 text of a safetensors file."""
+    from safetensors.torch import save
+    return base64.b64encode(save(standalone(weights))).decode("ascii")
 
 
 def decode_weights(payload: str) -> dict[str, Tensor]:
