@@ -145,3 +145,28 @@ def test_two_training_steps_sync_weights_into_the_server(served, tmp_path):
     assert torch.equal(served_gen.completion_ids, local.completion_ids)  # the server follows the update
     assert not torch.equal(local.completion_ids, before.completion_ids)  # and the update changed greedy output
     assert _max_gap(policy, served_gen, 1.0) < TOLERANCE < _max_gap(initial, served_gen, 1.0)
+
+
+def test_two_ranks_train_through_one_server_and_only_rank_0_pushes(served, tmp_path):
+    """``torchrun --nproc_per_node 2 rlvr train`` against the server: both ranks generate through it,
+    the weights are pushed once per step (by rank 0), and the run finishes."""
+    from rlvr.rollout.engines.vllm_server import ServerClient, VLLMServerConfig
+    url, model_dir = served
+    client = ServerClient(VLLMServerConfig(base_url=url))
+    pushes_before = int(client.rpc("rlvr_weight_pushes")[0])
+    data = Path(model_dir).parent / "data" / "train.jsonl"
+    config = Path(__file__).resolve().parents[1] / "configs" / "examples" / "qwen2_grpo.yaml"
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(config.parents[2] / "src"), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), "-m", "rlvr.cli", "train", str(config), f"model.path={model_dir}",
+           f"task.params.path={data}", "task.params.verifier=exact", "rollout.engine=vllm_server",
+           f"rollout.engine_params.base_url={url}", "rollout.max_new_tokens=8", "run.steps=2", "run.save_every=0",
+           "run.eval_problems=4", "run.eval_k=1", f"run.out_dir={tmp_path / 'run'}"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    import json
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [s["rollout/vllm_weight_syncs"] for s in steps] == [1.0, 1.0]  # a push before each step's rollout
+    assert all(s["rollout/generated_completions"] == 8 for s in steps)  # each rank: its half of 4 x 4
+    assert int(client.rpc("rlvr_weight_pushes")[0]) - pushes_before == 2  # rank 0's two, none from rank 1

@@ -191,7 +191,9 @@ class VLLMServerEngine(Engine):
                 for i, ids in enumerate(unpad_prompts(request.prompt_ids, request.prompt_mask))]
 
     def sync(self, model: torch.nn.Module) -> None:
-        """Push the policy's weights to the server (rank 0 under data parallelism; every rank waits)."""
+        """Push the policy's weights to the server. Under data parallelism rank 0 pushes and every
+        rank waits at a barrier, so every rank must reach it (the trainer's rollout phase does; rank-0-only
+        evaluation generates with the loop engine)."""
         if _rank() == 0:
             if self.synced_version is None:
                 self.check_server(model)

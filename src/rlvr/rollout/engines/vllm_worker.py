@@ -10,7 +10,8 @@ endpoint. The trainer then calls two methods over HTTP:
 * ``rlvr_stage_weights(payload)``: a chunk of the policy's weights, encoded by :func:`encode_weights`
   (safetensors bytes in base64 text: ``/collective_rpc`` only carries strings), kept until
 * ``rlvr_apply_weights()``: all staged weights loaded at once by vLLM's in-place ``reload_weights``
-  (Hugging Face names; vLLM fuses, shards and post-processes them as when loading a checkpoint).
+  (Hugging Face names; vLLM fuses, shards and post-processes them as when loading a checkpoint);
+* ``rlvr_weight_pushes()``: how many pushes were applied so far.
 
 Nothing is written to disk: the weights travel in the request body. The encoding helpers are shared
 with the client (:mod:`rlvr.rollout.engines.vllm_server`); this module imports neither vLLM nor
@@ -91,4 +92,9 @@ class WeightReceiver:
         staged = self.__dict__.pop("_rlvr_staged", {})
         if staged:
             self.reload_weights(weights_iterator=list(staged.items()))  # type: ignore[attr-defined]
+            self.__dict__["_rlvr_pushes"] = self.rlvr_weight_pushes() + 1
         return len(staged)
+
+    def rlvr_weight_pushes(self) -> int:
+        """How many weight pushes this worker has applied (for tests and monitoring)."""
+        return self.__dict__.get("_rlvr_pushes", 0)
