@@ -121,13 +121,13 @@ def test_two_training_steps_sync_weights_into_the_server(served, tmp_path):
     gaps: list[float] = []
 
     class Recording(Trainer):  # the gap between the server's log-probs and the trainer's, each step
-        def _behaviour_logprobs(self, batch):
+        def update(self, batch):  # before this step's optimizer update: the policy that generated
             with torch.no_grad():
                 ref, _ = sequence_logprobs(self.policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                            batch.completion_mask, temperature=cfg.rollout.temperature)
             m = batch.completion_mask
             gaps.append(float((batch.rollout_logprobs[m] - ref[m]).abs().max()))
-            return super()._behaviour_logprobs(batch)
+            return super().update(batch)
 
     trainer = Recording(cfg, model=model, tokenizer=tok)
     result = trainer.train()
