@@ -12,9 +12,10 @@ gets completions for exactly its own prompts. Weight sync is unchanged: every ra
 weights into its shard (``load_weights`` keeps the rank's part).
 
 Sleep mode (``sleep_level`` 1 or 2) releases the engine's memory while the trainer steps: after
-each generate call the engine sleeps (level 1: weights offloaded to CPU memory and the KV cache
-dropped; level 2: both dropped), and wakes before the next one; after level 2 the weights are
-re-pushed from the policy before the KV cache is re-allocated. vLLM offers this on CUDA (and ROCm,
+each engine call (one per step with ``rollout.micro_batch_size: 0``, else one per micro-batch) the
+engine sleeps (level 1: weights offloaded to CPU memory and the KV cache dropped; level 2: both
+dropped) and wakes before the next one; after level 2 the weights are re-pushed from the policy
+before the KV cache is re-allocated. vLLM offers this on CUDA (and ROCm,
 XPU) only: its CPU platform rejects ``enable_sleep_mode`` and its CPU worker ignores ``sleep``.
 """
 
