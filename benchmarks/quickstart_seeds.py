@@ -44,11 +44,14 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out) / f"seed{seed}"
     cmd = [sys.executable, "-m", "rlvr.cli", "quickstart", "--seed", str(seed), "--out", str(out), "--overwrite",
            f"run.threads={args.threads}", *args.overrides]
+    log = Path(args.out) / f"seed{seed}.log"  # a file, not a pipe: the run outlives this script if it dies
+    log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
+    with log.open("w") as sink:
+        code = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"}).returncode
     wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        return {"seed": seed, "error": proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]}
+    if code != 0:
+        return {"seed": seed, "error": f"exit {code}; see {log}"}
     s = json.loads((out / "summary.json").read_text())
     return {"seed": seed, "before": s["accuracy_before"], "after": s["accuracy_after"],
             "gain": round(s["accuracy_after"] - s["accuracy_before"], 4), "seconds": round(s["seconds"], 1),
