@@ -100,9 +100,9 @@ class Sharding:
         return module.to(self.acc.device)
 
     def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
-        """The full state dict (only ``names`` when given), as one process would save it."""
-        state = module.state_dict()
-        return state if names is None else {k: v for k, v in state.items() if k in names}
+        """The full state dict (only ``names`` when given), a tied tensor once, as one process saves it."""
+        keep = _untied_names(module, names)
+        return {k: v for k, v in module.state_dict().items() if k in keep}
 
     def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return optimizer.state_dict()
@@ -131,7 +131,7 @@ class FSDP2Sharding(Sharding):
     def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        keep = _untied_names(module) if names is None else names & _untied_names(module)
+        keep = _untied_names(module, names)
         return {k: v for k, v in full.items() if k in keep}
 
     def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -139,6 +139,8 @@ class FSDP2Sharding(Sharding):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
         full = get_optimizer_state_dict(module, _inner(optimizer),
                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not full:  # ranks other than the main process receive nothing
+            return {}
         order = [name for group in full["param_groups"] for name in group["params"]]
         index = {name: i for i, name in enumerate(order)}
         groups, start = [], 0
@@ -205,12 +207,12 @@ def _param_names(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> l
     return [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
 
 
-def _untied_names(module: torch.nn.Module) -> set[str]:
-    """State-dict names, a tied parameter (lm_head = embeddings) counted once, as one process saves it."""
+def _untied_names(module: torch.nn.Module, names: set[str] | None = None) -> set[str]:
+    """State-dict names (of ``names`` when given), a tied parameter (lm_head = embeddings) once."""
     seen: set[int] = set()
-    names = set()
+    out = set()
     for name, value in module.state_dict(keep_vars=True).items():
-        if id(value) not in seen:
+        if id(value) not in seen and (names is None or name in names):
             seen.add(id(value))
-            names.add(name)
-    return names
+            out.add(name)
+    return out
