@@ -98,8 +98,9 @@ def main(mode: str, out: str, overrides: list[str]) -> None:
     state = trainer.sharding.model_state(trainer.policy)
     params = {k: v.detach().double().sum().item() for k, v in state.items()}
     flat = torch.cat([v.detach().flatten().float() for v in state.values()]) if state else torch.zeros(0)
+    sharded = any(hasattr(p, "full_tensor") for p in trainer.policy.parameters())  # DTensor shards
     result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes,
-                   "backend": trainer.sharding.name})
+                   "backend": trainer.sharding.name, "sharded": sharded})
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank{trainer.acc.process_index}.json").write_text(json.dumps(result))
 

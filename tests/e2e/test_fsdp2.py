@@ -37,7 +37,7 @@ def test_fsdp2_update_equals_single_process(tmp_path, example, mode):
         pytest.importorskip("peft")
     two = _run([mode], tmp_path / "two", 2, accelerate_config=FSDP2, overrides=_real(example))
     one = _run([mode], tmp_path / "one", 1, overrides=_real(example))[0]
-    assert two[0]["backend"] == "fsdp2" and one["backend"] == "single"
+    assert two[0]["backend"] == "fsdp2" and two[0]["sharded"] and one["backend"] == "single"
     assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3  # a non-trivial loss
     assert sorted(two[0]["params"]) == sorted(one["params"])  # the full model, gathered on rank 0
     assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
@@ -50,17 +50,23 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_fsdp2_resume_equals_uninterrupted_and_exports_load(tmp_path, example):
-    full = _run(["run"], tmp_path / "full", 2, accelerate_config=FSDP2, overrides=_real(example))
+    """With a KL term (a frozen reference, sharded and kept in RUN/reference) and a critic (sharded too)."""
+    extra = [*_real(example), "algorithm.kl_coef=0.05", "critic.enabled=true"]
+    full = _run(["run"], tmp_path / "full", 2, accelerate_config=FSDP2, overrides=extra)
     assert full[0]["summary"]["steps"] == 2 and "accuracy_after" in full[0]["summary"]
-    stopped = _run(["run_stop"], tmp_path / "cut", 2, accelerate_config=FSDP2, overrides=_real(example))
+    stopped = _run(["run_stop"], tmp_path / "cut", 2, accelerate_config=FSDP2, overrides=extra)
     assert stopped[0]["summary"]["steps"] == 1
-    _run(["run_resume"], tmp_path / "cut", 2, accelerate_config=FSDP2, overrides=_real(example))
+    _run(["run_resume"], tmp_path / "cut", 2, accelerate_config=FSDP2, overrides=extra)
     a = _weights(tmp_path / "full" / "run" / "checkpoints" / "step_000002")
     b = _weights(tmp_path / "cut" / "run" / "checkpoints" / "step_000002")
     start = _weights(Path(example["model"]))
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
     assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-6  # the run trained
+    critic_a = load_file(str(tmp_path / "full" / "run" / "checkpoints" / "step_000002" / "critic.safetensors"))
+    critic_b = load_file(str(tmp_path / "cut" / "run" / "checkpoints" / "step_000002" / "critic.safetensors"))
+    assert max((critic_a[k] - critic_b[k]).abs().max().item() for k in critic_a) < 1e-6
+    assert _weights(tmp_path / "cut" / "run" / "reference").keys() == start.keys()  # the gathered reference
     # RUN/final (written after the sharded run) and `rlvr export` hold the step-2 weights and load.
     exported = Path(export_run(tmp_path / "full" / "run", tmp_path / "export")["model"])
     for folder in (tmp_path / "full" / "run" / "final", exported):

@@ -45,11 +45,14 @@ def make_accelerator() -> Accelerator:
     acc = Accelerator(cpu=cpu)
     wants_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
     if wants_fsdp and acc.distributed_type == DistributedType.MULTI_CPU:
+        from accelerate.state import PartialState
         from accelerate.utils import FullyShardedDataParallelPlugin
         plugin = FullyShardedDataParallelPlugin()  # FSDP_* environment variables from the config file
         if plugin.fsdp_version != 2:
             raise ConfigError("FSDP on CPU needs fsdp_version: 2 in the accelerate config "
                               "(see configs/accelerate/fsdp2_cpu.yaml)")
+        # Both shared states: a later AcceleratorState() copies PartialState's type over its own.
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
         acc.state.distributed_type = DistributedType.FSDP
         acc.state.fsdp_plugin = plugin
     return acc
