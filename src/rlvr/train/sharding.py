@@ -103,9 +103,9 @@ class Sharding:
         return module.to(self.acc.device)
 
     def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
-        """The full state dict (only ``names`` when given), a tied tensor once, as one process saves it."""
-        keep = _untied_names(module, names)
-        return {k: v for k, v in module.state_dict().items() if k in keep}
+        """The full state dict (only ``names`` when given), as one process saves it."""
+        state = module.state_dict()
+        return state if names is None else {k: v for k, v in state.items() if k in names}
 
     def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return optimizer.state_dict()
@@ -134,8 +134,7 @@ class FSDP2Sharding(Sharding):
     def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        keep = _untied_names(module, names)
-        return {k: v for k, v in full.items() if k in keep}
+        return full if names is None else {k: v for k, v in full.items() if k in names}
 
     def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The full AdamW state keyed by parameter index (torch's own format), not by name."""
@@ -208,14 +207,3 @@ def _param_names(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> l
     """The names of the optimizer's parameters, in the order of its parameter groups."""
     name_of = {id(p): n for n, p in module.named_parameters()}
     return [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
-
-
-def _untied_names(module: torch.nn.Module, names: set[str] | None = None) -> set[str]:
-    """State-dict names (of ``names`` when given), a tied parameter (lm_head = embeddings) once."""
-    seen: set[int] = set()
-    out = set()
-    for name, value in module.state_dict(keep_vars=True).items():
-        if id(value) not in seen and (names is None or name in names):
-            seen.add(id(value))
-            out.add(name)
-    return out
