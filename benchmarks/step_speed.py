@@ -12,7 +12,16 @@ A step is timed from just before generation to just after the optimizer step (TR
 ``--warmup`` steps are skipped, the median of the next ``--steps`` is reported. rlvr's split
 comes from its own ``timing/*`` metrics in ``metrics.jsonl``.
 
+Two regimes of the shared starting model: ``--regime zero`` (default) warm-starts it for
+``--sft-steps`` (100) steps, so almost every completion is wrong (pure throughput, nearly every group
+unanimous); ``--regime learning`` warm-starts it as ``rlvr quickstart`` does (at least 400 steps,
+until 20 % greedy validation accuracy), so the batch reward is between about 0.15 and 0.6 and groups
+carry signal. For each framework the report gives the update's work per step: the fraction of rows
+left out of the training forward/backward (rlvr's ``optim.skip_zero_rows``; TRL computes every row),
+the fraction of the positions it computed that were padding, and the positions computed.
+
     python benchmarks/step_speed.py            # prints one JSON object on stdout
+    python benchmarks/step_speed.py --regime learning --repeats 2
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The update's work per step (report key -> rlvr's update/ metric).
+WORK = {"skipped_row_frac": "skipped_row_frac", "padding_frac": "padding_frac", "tokens": "tokens"}
+
 # rlvr phases that are model compute; everything else in a step is "other".
 COMPUTE_PHASES = {"generation": ("rollout",), "forward": ("forward", "logprobs"), "backward": ("backward",)}
 
@@ -41,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=48, help="completion length cap (T)")
     p.add_argument("--lr", type=float, default=1e-4, help="constant AdamW learning rate")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads per process")
+    p.add_argument("--regime", choices=("zero", "learning"), default="zero",
+                   help="zero: --sft-steps of warm start (reward ~0, pure throughput); learning: the quickstart's "
+                        "warm start (>= 400 steps until 20%% validation accuracy; --sft-steps is ignored)")
     p.add_argument("--sft-steps", type=int, default=100, help="warm-start steps for the shared starting model")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
@@ -65,9 +80,11 @@ def prepare_model(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from rlvr.sft import warm_start
     from rlvr.tasks import Arithmetic
     torch.set_num_threads(args.threads)
+    if args.regime == "learning":
+        return _quickstart_model(args, folder)
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden=args.hidden, layers=args.layers, heads=args.heads, seed=args.seed)
-    info: dict[str, Any] = {"sft_steps": args.sft_steps}
+    info: dict[str, Any] = {"regime": args.regime, "sft_steps": args.sft_steps}
     if args.sft_steps > 0:
         result = warm_start(model, tokenizer, Arithmetic(), steps=args.sft_steps, seed=args.seed, progress=False)
         info["sft_seconds"] = round(result["seconds"], 1)
@@ -75,6 +92,22 @@ def prepare_model(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return info
+
+
+def _quickstart_model(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The quickstart's warm start (``rlvr.quickstart.QUICKSTART``) of the benchmark's model size."""
+    from rlvr.quickstart import QUICKSTART
+    from rlvr.train.config import load_config
+    from rlvr.train.run import warm_start_model
+    base = {"warm_start": QUICKSTART["warm_start"], "task": {"name": "arithmetic"},
+            "model": {"hidden": args.hidden, "layers": args.layers, "heads": args.heads},
+            "rollout": {"max_new_tokens": args.max_new_tokens},
+            "run": {"seed": args.seed, "threads": args.threads, "out_dir": str(folder.parent / "warm")}}
+    model, tokenizer, info = warm_start_model(load_config(None, None, base=base))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    keep = ("warm_start_steps", "warm_start_validation", "warm_start_seconds", "warm_start_loss")
+    return {"regime": args.regime, **{k: info[k] for k in keep if k in info}}
 
 
 # --- rlvr worker ---------------------------------------------------------------------------
@@ -117,7 +150,8 @@ def run_rlvr(args: argparse.Namespace) -> dict[str, Any]:
     return {"spans": spans[args.warmup:], "loop": _intervals(starts)[args.warmup:],
             "timing": [{k[len("timing/"):]: v for k, v in r.items() if k.startswith("timing/")} for r in rows],
             "response_length": [r.get("rollout/response_length") for r in rows],
-            "reward": [r.get("reward/mean") for r in rows]}
+            "reward": [r.get("reward/mean") for r in rows],
+            **{key: [r.get(f"update/{name}") for r in rows] for key, name in WORK.items()}}
 
 
 # --- TRL worker ----------------------------------------------------------------------------
@@ -137,11 +171,15 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     data = Dataset.from_dict({"prompt": [p.prompt for p in problems], "answer": [p.answer for p in problems]})
     lengths: list[float] = []
     rewards: list[float] = []
+    work: dict[str, list[float]] = {key: [] for key in WORK}
+    tokenizer = load_tokenizer(args.model_dir)
 
-    def correct(completions: list[str], answer: list[str], completion_ids: list[list[int]], **_: Any) -> list[float]:
+    def correct(completions: list[str], answer: list[str], completion_ids: list[list[int]], prompts: list[str],
+                **_: Any) -> list[float]:
         scores = [task.verify(Problem(prompt="", answer=a), c).value for c, a in zip(completions, answer)]
         lengths.append(sum(len(ids) for ids in completion_ids) / len(completion_ids))
         rewards.append(sum(scores) / len(scores))
+        _trl_work(work, [len(tokenizer(p)["input_ids"]) for p in prompts], [len(c) for c in completion_ids])
         return scores
 
     clock = _StepClock(TrainerCallback)
@@ -155,13 +193,23 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
         num_generations=args.group, num_iterations=1, max_completion_length=args.max_new_tokens,
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", epsilon=0.2,
         scale_rewards="group", log_completions=False, dataloader_num_workers=0)
-    model, tokenizer = load_model(args.model_dir, dtype=torch.float32), load_tokenizer(args.model_dir)
+    model = load_model(args.model_dir, dtype=torch.float32)
     trainer = GRPOTrainer(model=model, reward_funcs=correct, args=config, train_dataset=data,
                           processing_class=tokenizer, callbacks=[clock])
     trainer.train()
     w = args.warmup
     return {"spans": clock.spans[w:], "loop": _intervals(clock.starts)[w:],
-            "response_length": lengths[w:], "reward": rewards[w:]}
+            "response_length": lengths[w:], "reward": rewards[w:], **{k: v[w:] for k, v in work.items()}}
+
+
+def _trl_work(work: dict[str, list[float]], prompt_lengths: list[int], completion_lengths: list[int]) -> None:
+    """TRL's training forward: every row, prompts left-padded to the batch's longest, completions
+    right-padded to the batch's longest (``GRPOTrainer._generate_and_score_completions``)."""
+    n = len(prompt_lengths)
+    positions = n * (max(prompt_lengths) + max(completion_lengths))
+    work["skipped_row_frac"].append(0.0)
+    work["padding_frac"].append(1.0 - (sum(prompt_lengths) + sum(completion_lengths)) / positions)
+    work["tokens"].append(float(positions))
 
 
 def _StepClock(base: type) -> Any:  # noqa: N802 — builds the callback lazily (transformers imported in the worker)
@@ -222,7 +270,10 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
                      "s_per_step_min": round(min(res["spans"]), 4), "s_per_step_max": round(max(res["spans"]), 4),
                      "s_per_iteration_incl_logging": round(statistics.median(res["loop"]), 4) if res["loop"] else None,
                      "mean_completion_tokens": round(_mean(res["response_length"]), 2),
-                     "mean_reward": round(_mean(res["reward"]), 3)}
+                     "mean_reward": round(_mean(res["reward"]), 3),
+                     "update_skipped_row_frac": round(_mean(res["skipped_row_frac"]), 3),
+                     "update_padding_frac": round(_mean(res["padding_frac"]), 3),
+                     "update_tokens_per_step": round(_mean(res["tokens"]), 1)}
     if "rlvr" in results:
         out["rlvr"]["split"] = rlvr_split(results["rlvr"])
     if len(results) == 2:
@@ -246,7 +297,7 @@ def run_worker(args: argparse.Namespace, name: str, folder: Path) -> dict[str, A
 
 
 def _forward_args(args: argparse.Namespace) -> list[str]:
-    keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed")
+    keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed", "regime")
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
 
 

@@ -1,4 +1,5 @@
-"""Joining and splitting ``Rollouts``: concatenation with re-padding, micro-batches by rows."""
+"""Joining and splitting ``Rollouts``: concatenation with re-padding, micro-batches by rows, and the
+update's micro-batch plan (rows left out, rows sorted by length, padding trimmed)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,99 @@ def mini_batches(n: int, m: int) -> list[Tensor]:
     if n < m:
         raise BatchError(f"optim.mini_batches={m} needs at least {m} rows per rank, the local batch has {n}")
     return [torch.arange(j, n, m) for j in range(m)]
+
+
+# (N, T) per-row completion fields of ``Rollouts`` (cut on the right); the prompt fields are cut on the left.
+_COMPLETION_FIELDS = ("completion_ids", "completion_mask", "completion_attention", "rollout_logprobs",
+                      "old_logprobs", "ref_logprobs", "logprobs", "entropy", "token_origin",
+                      "behaviour_logprobs", "token_rewards", "values", "advantages")
+
+
+def row_lengths(batch: Rollouts) -> Tensor:
+    """(N,) positions each row needs in a forward: its real prompt tokens plus its completion up to
+    the last real or trained token (what a micro-batch of this row alone would be trimmed to)."""
+    prompt = batch.prompt_mask.shape[1] - first_true(batch.prompt_mask)  # (N,) left-padded
+    return prompt + last_true(batch.attention | batch.completion_mask) + 1
+
+
+def first_true(x: Tensor) -> Tensor:
+    """(N,) index of the first True in each row of ``x`` (N, W); W when a row has none."""
+    w = x.shape[1]
+    idx = torch.where(x, torch.arange(w, device=x.device), torch.full_like(x, w, dtype=torch.long))
+    return idx.min(-1).values
+
+
+def last_true(x: Tensor) -> Tensor:
+    """(N,) index of the last True in each row of ``x`` (N, W); -1 when a row has none."""
+    idx = torch.where(x, torch.arange(x.shape[1], device=x.device), torch.full_like(x, -1, dtype=torch.long))
+    return idx.max(-1).values
+
+
+def trim_padding(batch: Rollouts) -> Rollouts:
+    """``batch`` cut to its own longest row: leading prompt columns that are padding in every row and
+    trailing completion columns that are neither real nor trained in any row go.
+
+    Exact for scoring: positions count real tokens only (``rlvr.rollout.scoring``), causal attention
+    never looks right, and the cut columns were masked out of every row's attention.
+    """
+    p0 = int(first_true(batch.prompt_mask.any(0, keepdim=True))[0].clamp(max=batch.prompt_mask.shape[1] - 1))
+    t1 = int(last_true((batch.attention | batch.completion_mask).any(0, keepdim=True))[0]) + 1
+    t1 = max(t1, 1)  # at least one completion column
+    if p0 == 0 and t1 == batch.completion_mask.shape[1]:
+        return batch
+    cut: dict[str, Any] = {"prompt_ids": batch.prompt_ids[:, p0:], "prompt_mask": batch.prompt_mask[:, p0:]}
+    for name in _COMPLETION_FIELDS:
+        value = getattr(batch, name)
+        if value is not None:
+            cut[name] = value[:, :t1]
+    return dataclasses.replace(batch, **cut)
+
+
+def plan_micro_batches(rows: Tensor, size: int, *, keep: Tensor | None = None,
+                       lengths: Tensor | None = None) -> list[Tensor]:
+    """Micro-batches (batch row indices) of the mini-batch ``rows`` (a 1-D long tensor).
+
+    ``keep`` (N,) bool over the batch: rows where it is False are left out; if none is left, the one
+    row with the fewest positions stays (every rank must still run one backward, and every parameter
+    must still get a gradient, zero or not). ``lengths`` (N,): rows are sorted longest first, so each
+    micro-batch can be trimmed to rows of similar length (``trim_padding``). With neither, the
+    consecutive micro-batches of ``micro_batches``.
+    """
+    if keep is not None:
+        kept = rows[keep[rows]]
+        if kept.numel() == 0:
+            kept = rows[:1] if lengths is None else rows[lengths[rows].argmin()].view(1)
+        rows = kept
+    if lengths is not None and 0 < size < rows.numel():  # one micro-batch: row order stays as it was
+        rows = rows[torch.sort(lengths[rows], descending=True, stable=True).indices]
+    return [rows[idx] for idx in micro_batches(rows.numel(), size)]
+
+
+class UpdatePlan:
+    """One batch's micro-batch plan: which rows a pass computes (``keep``), in what order
+    (``lengths``: longest first, each micro-batch trimmed to its own longest row), and what it
+    computed (rows, positions and real tokens, for the ``update/…`` metrics)."""
+
+    def __init__(self, size: int, keep: Tensor | None = None, lengths: Tensor | None = None) -> None:
+        self.size, self.keep, self.lengths = size, keep, lengths
+        self.rows = self.positions = self.real = 0
+
+    def micro_batches(self, rows: Tensor) -> list[Tensor]:
+        return plan_micro_batches(rows, self.size, keep=self.keep, lengths=self.lengths)
+
+    def view(self, batch: Rollouts, rows: Tensor) -> Rollouts:
+        """The micro-batch ``rows`` of ``batch``: trimmed when the plan sorts by length."""
+        part = batch.select(rows)
+        return part if self.lengths is None else trim_padding(part)
+
+    def count(self, part: Rollouts) -> None:
+        self.rows += part.num_rows
+        self.positions += part.num_rows * (part.prompt_ids.shape[1] + part.completion_ids.shape[1])
+        self.real += int(part.prompt_mask.sum()) + int(part.attention.sum())
+
+    def metrics(self, planned_rows: int) -> dict[str, float]:
+        """``update/skipped_row_frac`` (rows of ``planned_rows`` not computed), ``update/padding_frac``
+        (computed positions that were padding) and ``update/tokens`` (positions computed)."""
+        return {"update/skipped_row_frac": 1.0 - self.rows / max(planned_rows, 1),
+                "update/padding_frac": 1.0 - self.real / max(self.positions, 1),
+                "update/tokens": float(self.positions)}

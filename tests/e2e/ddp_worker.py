@@ -34,12 +34,25 @@ def fixed_global_batch(vocab: int) -> Rollouts:
                     rewards=torch.randint(0, 2, (n, 1), generator=gen).float())
 
 
-def run_fixed(trainer: Trainer, mask_cut: bool = False) -> dict:
+def savings_global_batch(vocab: int) -> Rollouts:
+    """The fixed batch with left-padded prompts of 2..P tokens, groups 0 and 1 mixed and groups 2 and 3
+    unanimous (all wrong, all correct): on 2 ranks, rank 0 runs two micro-batches per mini-batch and
+    rank 1, holding only rows the zero-advantage skip leaves out, one (a single zero-gradient row)."""
+    batch = fixed_global_batch(vocab)
+    gen = torch.Generator().manual_seed(99)
+    starts = torch.randint(0, P - 1, (batch.num_rows,), generator=gen)  # (N,) first real prompt column
+    batch.prompt_mask = torch.arange(P).unsqueeze(0) >= starts.unsqueeze(1)  # (N, P) left-padded
+    batch.prompt_ids = torch.where(batch.prompt_mask, batch.prompt_ids, torch.zeros_like(batch.prompt_ids))
+    batch.rewards = torch.tensor([1., 0., 0., 1., 1., 1., 0., 1., 0., 0., 0., 0., 1., 1., 1., 1.]).unsqueeze(1)
+    return batch
+
+
+def run_fixed(trainer: Trainer, mask_cut: bool = False, savings: bool = False) -> dict:
     """One update on this rank's prompts of the fixed global batch; with ``mask_cut``, six rows end with
     eos (five on rank 0, one on rank 1 of 2) and the rest count as truncated and leave the loss
     (mask_truncated_completions): rank-local normalisers would give a different update."""
     acc = trainer.acc
-    batch = fixed_global_batch(trainer.policy.config.vocab_size)
+    batch = (savings_global_batch if savings else fixed_global_batch)(trainer.policy.config.vocab_size)
     eos = eos_token_ids(trainer.policy, trainer.tokenizer)
     if mask_cut:
         ended = torch.tensor([0, 1, 2, 3, 5, 9])
@@ -55,7 +68,7 @@ def run_fixed(trainer: Trainer, mask_cut: bool = False) -> dict:
     loss = torch.tensor(metrics["loss/total"])
     if acc.num_processes > 1:  # each rank holds its share of the global loss (scaled by dp_size)
         loss = acc.reduce(loss, reduction="mean")
-    return {"loss": loss.item()}
+    return {"loss": loss.item(), "skipped": metrics["update/skipped_row_frac"]}
 
 
 class StopOnLastRank:
@@ -79,6 +92,11 @@ MODES = {
 }
 MODES["run_stop"] = [*MODES["run"], "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"]
 MODES["run_resume"] = MODES["run"]
+# the update's exact savings (zero-advantage rows left out, micro-batches sorted and trimmed) on and off,
+# with mini-batches (old log-probs from a trimmed scoring pass) and micro-batches of 2 rows
+MODES["savings"] = ["optim.mini_batches=2", "optim.micro_batch_size=2", "optim.lr=1e-2",
+                    "algorithm.aggregation.mode=seq-mean-token-sum-norm"]
+MODES["savings_off"] = [*MODES["savings"], "optim.skip_zero_rows=false", "optim.trim_padding=false"]
 MODES["fixed_lora"] = [*MODES["fixed"], "model.lora.r=4", "model.lora.alpha=8", "optim.lr=1e-2"]  # a LoRA policy
 
 
@@ -92,7 +110,7 @@ def main(mode: str, out: str, overrides: list[str]) -> None:
         return
     trainer = Trainer(cfg)
     result = {"summary": trainer.train()} if mode in ("train", "stop") \
-        else run_fixed(trainer, mask_cut=mode == "fixed_masked")
+        else run_fixed(trainer, mask_cut=mode == "fixed_masked", savings=mode.startswith("savings"))
     # The full weights as one process holds them (every rank joins the gather of a sharded model;
     # under FSDP2 only the main process receives them).
     state = trainer.sharding.model_state(trainer.policy)

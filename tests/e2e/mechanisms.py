@@ -43,6 +43,7 @@ def _unanimous_steps_have_zero_advantage(rows: Rows, base: Rows) -> bool:
     return bool(unanimous) and all(r["adv/abs_mean"] == 0.0 and r["reward/judge_calls"] == 0 for r in unanimous)
 
 
+EVERY_ROW = "optim.skip_zero_rows=false"  # the update computes every row (loss/entropy over all of them)
 DIGIT_STEPS = "rollout.sampler.step_separators=['0','1','2','3','4','5','6','7','8','9']"
 
 # Each method's own diagnostics, which must reach metrics.jsonl when its preset trains.
@@ -93,11 +94,14 @@ METHOD_METRICS = {
 
 MECHANISMS: dict[str, list[Check]] = {
     "grpo": [Check("group-relative advantages", lambda r, b: some(r, "adv/abs_mean"))],
+    # loss/entropy probes the aggregation over every row: with optim.skip_zero_rows it covers only the
+    # rows the update computes (the GRPO base runs with the skip off too).
     "dr_grpo": [Check("no std scaling and a constant normaliser: step-1 advantages and aggregation differ from GRPO",
-                      lambda r, b: step1_differs("adv/abs_mean")(r, b) and step1_differs("loss/entropy")(r, b))],
+                      lambda r, b: step1_differs("adv/abs_mean")(r, b) and step1_differs("loss/entropy")(r, b),
+                      overrides=(EVERY_ROW,))],
     "std_dial": [Check("the std dial: step-1 advantages differ from GRPO's", step1_differs("adv/abs_mean"))],
     "length_power": [Check("length weights L^(α−1): the step-1 token aggregation differs from GRPO's",
-                           step1_differs("loss/entropy"))],
+                           step1_differs("loss/entropy"), overrides=(EVERY_ROW,))],
     "mmpo": [Check("moment weights ≠ 1", lambda r, b: some(r, "adv/moment_weight_mean", lambda v: v != 1.0))],
     "fade": [Check("focal / dynamic-entropy scaling moves off 1",
                    lambda r, b: some(r, "adv/lambda_neg", lambda v: v != 1.0) or some(r, "adv/eta", lambda v: v != 1.0))],

@@ -54,6 +54,19 @@ def test_two_process_update_equals_single_process(tmp_path, mode):
     assert _max_diff(two[0]["flat"], one["flat"]) < 1e-5
 
 
+def test_two_process_update_with_the_exact_savings_equals_single_process_without(tmp_path):
+    """Zero-advantage rows left out and micro-batches trimmed, on 2 ranks where rank 1 holds only
+    unanimous groups (it computes one zero-gradient row so its backward still joins the all-reduce):
+    the weights equal one process with every row computed at full padding."""
+    two = _run(["savings"], tmp_path / "two", 2)
+    off = _run(["savings_off"], tmp_path / "off", 1)[0]
+    # rank 0 computes every row (2 micro-batches a mini-batch); rank 1 one row of each 4-row mini-batch
+    assert (two[0]["skipped"], two[1]["skipped"], off["skipped"]) == (0.0, 0.75, 0.0)
+    assert abs(two[0]["loss"] - off["loss"]) < 1e-6 and abs(off["loss"]) > 1e-3
+    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    assert _max_diff(two[0]["flat"], off["flat"]) < 1e-6
+
+
 def test_a_callback_stopping_on_one_rank_stops_every_rank(tmp_path):
     ranks = _run(["stop"], tmp_path / "stop", 2)
     assert all(r["summary"]["stopped_by"] == "callback" and r["summary"]["steps"] == 1 for r in ranks)

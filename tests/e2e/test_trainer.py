@@ -23,7 +23,7 @@ from rlvr.train.trainer import Trainer
 from rlvr.types import LossOutput
 from rlvr.losses.base import PolicyLoss
 
-from tests.e2e.mechanisms import MECHANISMS, METHOD_METRICS, NOT_IN_CI
+from tests.e2e.mechanisms import EVERY_ROW, MECHANISMS, METHOD_METRICS, NOT_IN_CI
 from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.tiny import tiny_config
 
@@ -54,8 +54,9 @@ def _run_preset(out_dir, preset: str, overrides=(), warm: bool = False) -> tuple
 
 @pytest.fixture(scope="module")
 def grpo_rows(tmp_path_factory):
-    """The plain GRPO preset's 3 steps: step 1 samples the same batch as every plain-sampler preset."""
-    return _run_preset(tmp_path_factory.mktemp("grpo"), "grpo")[1]
+    """The plain GRPO preset's 3 steps (every row computed): step 1 samples the same batch as every
+    plain-sampler preset."""
+    return _run_preset(tmp_path_factory.mktemp("grpo"), "grpo", [EVERY_ROW])[1]
 
 
 @pytest.mark.parametrize("preset", _gradient_presets())

@@ -31,6 +31,10 @@ _PROMPT, _OLD = "critic_prompt", "critic_old_values"  # per-batch entries in Rol
 class Critic:
     """Owns the value model; ``cfg`` is the run's ``CriticConfig``."""
 
+    # Conservative: value-based advantages are rarely exactly 0 on a whole row, so the policy update
+    # keeps every row (optim.skip_zero_rows is off with a critic).
+    needs_every_row = True
+
     def __init__(self, cfg: Any, policy: torch.nn.Module, tokenizer: Any, accelerator: Any, total_steps: int) -> None:
         from rlvr.train.build import lr_schedule
         template_fields(cfg.template)  # a bad template fails before any work

@@ -22,6 +22,10 @@ class PolicyLoss(Plugin, ABC):
 
     # True for losses that read token_origin / behaviour_logprobs and correct off-policy tokens.
     handles_off_policy: ClassVar[bool] = False
+    # False only for losses proven to give a row whose advantage is 0 on every trained token exactly
+    # zero loss and zero gradient, whatever the other rows hold (each token's term is a finite factor
+    # times A): the trainer may then leave such rows out of the update (optim.skip_zero_rows).
+    needs_every_row: ClassVar[bool] = True
 
     @abstractmethod
     def __call__(self, inputs: LossInputs) -> LossOutput:

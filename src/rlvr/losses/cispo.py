@@ -41,6 +41,7 @@ class CISPO(PolicyLoss):
     """
 
     Config = CISPOConfig
+    needs_every_row = False  # ℓ = −sg(w)·A·log π: zero value and gradient where A = 0
     paper = "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention (arXiv:2506.13585)"
 
     def __call__(self, inputs: LossInputs) -> LossOutput:

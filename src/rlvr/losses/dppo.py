@@ -45,6 +45,8 @@ class DPPOKLConfig(DPPOConfig):
 class _DPPO(PolicyLoss, ABC):
     """Shared body: the surrogate times a detached validity mask; subclasses define the mask."""
 
+    needs_every_row = False  # −A times a finite factor times the mask: zero where A = 0
+
     @abstractmethod
     def _valid(self, prob: Tensor, old_prob: Tensor, inputs: LossInputs) -> Tensor:
         """(N, T) bool: tokens still inside the trust region (dppo_tv / dppo_kl define it)."""

@@ -45,6 +45,7 @@ class GSPO(PolicyLoss):
     """
 
     Config = GSPOConfig
+    needs_every_row = False  # ℓ = max(−A·s, −A·clip(s)): zero value and gradient where A = 0
     paper = "Group Sequence Policy Optimization (arXiv:2507.18071)"
 
     def __call__(self, inputs: LossInputs) -> LossOutput:

@@ -70,6 +70,13 @@ class Objective:
     def __repr__(self) -> str:
         return f"Objective({self.policy_loss!r}, {self.config})"
 
+    @property
+    def needs_every_row(self) -> bool:
+        """True when a row whose advantage is 0 on every trained token can still move the loss: a KL
+        penalty or an entropy bonus (a term on every row), or a policy loss not proven zero there."""
+        cfg = self.config
+        return cfg.kl_coef > 0 or cfg.entropy_coef > 0 or self.policy_loss.needs_every_row
+
     def __call__(self, inputs: LossInputs, *, num_tokens: float | Tensor | None = None,
                  num_seqs: float | Tensor | None = None, horizon: float | None = None,
                  dp_size: int = 1) -> tuple[Tensor, dict[str, Tensor]]:

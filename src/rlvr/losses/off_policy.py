@@ -82,6 +82,7 @@ class OCGRPOLoss(PolicyLoss):
 
     Config = OCGRPOConfig
     handles_off_policy = True
+    needs_every_row = False  # PPO-clip and truncated IS, both −A times a finite factor
     paper = "OC-GRPO: Off-Context GRPO (seed abstract; arXiv id unknown)"
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
@@ -127,6 +128,7 @@ class ARMORLoss(PolicyLoss):
 
     Config = ARMORConfig
     handles_off_policy = True
+    needs_every_row = False  # PPO-clip and truncated IS, both −A times a finite factor
     paper = "ARMOR: Anchor Rollout + Mixed Optimization (seed abstract; arXiv id unknown)"
 
     def __call__(self, inputs: LossInputs) -> LossOutput:

@@ -54,6 +54,7 @@ class PPOClip(PolicyLoss):
     """
 
     Config = PPOClipConfig
+    needs_every_row = False  # ℓ = max(−A·ρ, −A·clip(ρ)): zero value and gradient where A = 0
     paper = "Proximal Policy Optimization Algorithms (arXiv:1707.06347)"
 
     def __call__(self, inputs: LossInputs) -> LossOutput:

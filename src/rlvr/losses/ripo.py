@@ -91,6 +91,7 @@ class RIPO(PolicyLoss):
     """
 
     Config = RIPOConfig
+    needs_every_row = False  # every mode is −A times a finite factor: zero where A = 0
     paper = "RIPO: Riemannian Isometric Policy Optimization (arXiv id unknown; seed abstract)"
 
     def __call__(self, inputs: LossInputs) -> LossOutput:

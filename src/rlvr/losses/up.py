@@ -84,6 +84,7 @@ class UnboundedPositive(PolicyLoss):
     """
 
     Config = UPConfig
+    needs_every_row = False  # −A·anchor or the base (ppo_clip / gspo): zero where A = 0
     paper = "UP: Unbounded Positive asymmetric optimization (arXiv id unknown; seed abstract)"
 
     def __init__(self, config: UPConfig | None = None) -> None:

@@ -183,6 +183,13 @@ class OptimConfig:
     old_logprobs: str = param("recompute", "behaviour log-probs of the ratio: recompute (the policy before the "
                                            "first step) | rollout (the sampler's; bypass mode, no extra pass)")
     micro_batch_size: int = param(0, "rows per forward/backward (0 = the whole local batch)")
+    skip_zero_rows: bool = param(True, "leave rows whose advantage is 0 on every trained token out of the "
+                                       "update's forward/backward (exact: they add no gradient; the "
+                                       "normalisers still count them); off by itself when the objective "
+                                       "(KL, entropy bonus), a weighting or a critic needs every row")
+    trim_padding: bool = param(True, "sort rows by length into micro-batches and cut each forward to its own "
+                                     "longest prompt and completion (exact up to float rounding), in the "
+                                     "update and in the no-grad scoring passes")
 
     def __post_init__(self) -> None:
         if self.mini_batches < 1 or self.ppo_epochs < 1:

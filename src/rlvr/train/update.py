@@ -6,6 +6,25 @@ per mini-batch, losses with global normalisers (DESIGN.md §2, the ``loss`` and 
 ``optimizer``, ``scheduler``, ``scaler``, ``parts`` (the pipeline's plug-ins), ``timer`` and
 ``tokenizer``, and changes only the weights, the optimizer's state and the batch's
 ``old_logprobs`` / ``meta``.
+
+Two exact savings plan the micro-batches (``rlvr.batching.UpdatePlan``), each on by default:
+
+- ``optim.skip_zero_rows``: a row whose advantage is 0 on every trained token adds exactly zero loss
+  and gradient when no plug-in needs every row (``needs_every_row``: no KL penalty, no entropy bonus,
+  a policy loss linear in A, row-local weightings, no critic), so it is left out of the forward and
+  backward; the normalisers still count it (globally over ranks). Each rank computes at least one row
+  per mini-batch (a zero-gradient one when none is left) and synchronises on its last backward, so
+  DDP's all-reduce lines up and every parameter still gets a (zero) gradient for the optimizer.
+  The additive ``loss/total`` and ``loss/policy`` are unchanged (a skipped row adds 0); the
+  diagnostics ``loss/entropy``, ``loss/kl`` (shares of the global normaliser), ``rollout/entropy``,
+  ``loss/behaviour_kl``, ``loss/clipfrac``, ``loss/approx_kl`` and the weightings' ``adv/…`` then
+  cover the rows computed only (those with a non-zero advantage).
+- ``optim.trim_padding``: rows are sorted by length into micro-batches and each forward is cut to its
+  own longest prompt (left) and completion (right); positions count real tokens only, so log-probs
+  equal the padded computation up to float rounding.
+
+``update/skipped_row_frac``, ``update/padding_frac`` and ``update/tokens`` report what the update
+computed (all epochs and mini-batches of the step).
 """
 
 from __future__ import annotations
@@ -15,7 +34,7 @@ from typing import Any
 
 import torch
 
-from rlvr.batching import micro_batches, mini_batches
+from rlvr.batching import UpdatePlan, mini_batches, row_lengths
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rollout import sequence_logprobs
@@ -38,19 +57,22 @@ class UpdatePhase:
 
         Behaviour log-probs (the ratio's denominator) are fixed before the first step: the sampler's
         own, the rollout's (``optim.old_logprobs: rollout``), a no-grad pass (several mini-batches),
-        or else the first epoch's forward (weights do not change within it: no extra pass).
+        or else the first epoch's forward (weights do not change within it: no extra pass). Rows the
+        plan leaves out (``optim.skip_zero_rows``) are the same in every epoch, so a row never trained
+        never needs behaviour log-probs.
         """
         o = self.cfg.optim
         minis = mini_batches(batch.num_rows, o.mini_batches)
         fill_old = self._behaviour_logprobs(batch)
+        plan = self._update_plan(batch)
         out: dict[str, float] = {}
         for epoch in range(o.ppo_epochs):
             sums: dict[str, float] = {}
             for rows in minis:  # metrics: the mean over mini-batches
-                for key, value in self._mini_step(batch, rows, fill_old and epoch == 0).items():
+                for key, value in self._mini_step(batch, rows, fill_old and epoch == 0, plan).items():
                     sums[key] = sums.get(key, 0.0) + value / len(minis)
             out.update(sums)
-        return out
+        return {**out, **plan.metrics(batch.num_rows * o.ppo_epochs)}
 
     def _behaviour_logprobs(self, batch: Rollouts) -> bool:
         """Fill ``batch.old_logprobs`` before any step; True when the first epoch's forward must fill them."""
@@ -69,10 +91,30 @@ class UpdatePhase:
         batch.old_logprobs = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
         return True
 
-    def _mini_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool) -> dict[str, float]:
-        """Gradient accumulation over the micro-batches of ``rows``, then one optimizer step."""
+    def _update_plan(self, batch: Rollouts) -> UpdatePlan:
+        """Which rows the update computes and in what order (``optim.skip_zero_rows``, ``trim_padding``)."""
+        o = self.cfg.optim
+        keep = None
+        if o.skip_zero_rows and not self._needs_every_row():
+            keep = ((batch.advantages != 0) & batch.completion_mask).any(-1)  # (N,) rows with any gradient
+        return UpdatePlan(o.micro_batch_size, keep, row_lengths(batch) if o.trim_padding else None)
+
+    def _needs_every_row(self) -> bool:
+        """True when a row with zero advantage may still move the loss: the objective (KL, entropy
+        bonus, an unproven policy loss), a token weighting or a critic says so."""
+        parts = [self.parts["objective"], *self.parts["weightings"], getattr(self, "critic", None)]
+        return any(getattr(part, "needs_every_row", True) for part in parts if part is not None)
+
+    def _mini_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, plan: UpdatePlan) -> dict[str, float]:
+        """Gradient accumulation over the micro-batches of ``rows``, then one optimizer step.
+
+        The normalisers count every row of the mini-batch over all ranks, the rows the plan leaves out
+        included; each rank runs at least one micro-batch and synchronises on its last backward only,
+        so ranks with different numbers of micro-batches still all-reduce once, together.
+        """
         norm = self._global_normalisers(batch.completion_mask[rows])
-        mbs = micro_batches(rows.numel(), self.cfg.optim.micro_batch_size)
+        mbs = plan.micro_batches(rows)
+        computed = sum(idx.numel() for idx in mbs)
         passes = forward_count(len(mbs))  # sharded: as many forward/backward passes as any rank runs
         sums: dict[str, float] = {}
         for i in range(passes):
@@ -82,7 +124,7 @@ class UpdatePhase:
                     self._idle_micro_step(batch, rows[:1])
                     continue
                 idx = mbs[i]
-                step_metrics = self._micro_step(batch, rows[idx], fill_old, norm, idx.numel() / rows.numel())
+                step_metrics = self._micro_step(batch, idx, fill_old, norm, idx.numel() / computed, plan)
             for key, value in step_metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
         with self.timer("optimizer"):
@@ -90,25 +132,26 @@ class UpdatePhase:
         return sums
 
     def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict,
-                    share: float) -> dict[str, float]:
+                    share: float, plan: UpdatePlan) -> dict[str, float]:
+        mb = plan.view(batch, rows)  # (n, P') prompts, (n, T') completions
+        t = mb.completion_mask.shape[1]
         with self.timer("forward"):
-            logp, ent = self._logprobs(self.model, batch, rows=rows, entropy=True)
+            logp, ent = self._logprobs(self.model, mb, entropy=True)
         if fill_old:
-            batch.old_logprobs[rows] = logp.detach()
-        old = batch.old_logprobs[rows]
-        advantages = self._reweight(batch, rows, logp, ent)
-        inputs = LossInputs(logprobs=logp, old_logprobs=old, advantages=advantages,
-                            mask=batch.completion_mask[rows], entropy=ent,
-                            ref_logprobs=None if batch.ref_logprobs is None else batch.ref_logprobs[rows],
-                            rollout_logprobs=None if batch.rollout_logprobs is None else batch.rollout_logprobs[rows],
-                            token_origin=None if batch.token_origin is None else batch.token_origin[rows],
-                            behaviour_logprobs=None if batch.behaviour_logprobs is None else batch.behaviour_logprobs[rows])
+            batch.old_logprobs[rows, :t] = logp.detach()
+        old = batch.old_logprobs[rows, :t]
+        answer = self._answer_mask(batch)
+        advantages = self._reweight(mb, None if answer is None else answer[rows, :t], logp, ent)
+        inputs = LossInputs(logprobs=logp, old_logprobs=old, advantages=advantages, mask=mb.completion_mask,
+                            entropy=ent, ref_logprobs=mb.ref_logprobs, rollout_logprobs=mb.rollout_logprobs,
+                            token_origin=mb.token_origin, behaviour_logprobs=mb.behaviour_logprobs)
         with self.timer("loss"):
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):
             self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
         # Loss terms are already this micro-batch's share of the mini-batch's global value (they add
-        # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share.
+        # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share over the
+        # rows computed (with optim.skip_zero_rows: the rows with a non-zero advantage).
         out = {}
         for key, value in {"loss/total": loss.detach(), **metrics}.items():
             out[key] = float(value) if key in _ADDITIVE else float(value) * share
@@ -117,6 +160,7 @@ class UpdatePhase:
         # sampled tokens, >= 0 (loss/approx_kl is verl's signed ppo_kl); 0 before the first step.
         moved = kl_estimate(old, logp.detach(), "k3", clamp=None)
         out["loss/behaviour_kl"] = masked_mean(moved, inputs.mask).item() * share
+        plan.count(mb)
         return out
 
     def _idle_micro_step(self, batch: Rollouts, rows: torch.Tensor) -> None:
@@ -125,22 +169,19 @@ class UpdatePhase:
         logp, _ = self._logprobs(self.model, batch, rows=rows)
         self.acc.backward(logp.sum() * 0.0)
 
-    def _reweight(self, batch: Rollouts, rows: torch.Tensor, logp: torch.Tensor,
+    def _reweight(self, mb: Rollouts, answer: torch.Tensor | None, logp: torch.Tensor,
                   ent: torch.Tensor | None) -> torch.Tensor:
-        """The reweight stage: token weightings on this micro-batch's advantages (N_mb, T)."""
-        adv = batch.advantages[rows]
+        """The reweight stage: token weightings on this micro-batch's advantages (n, T')."""
+        adv = mb.advantages
         weightings = self.parts["weightings"]
         if not weightings:
             return adv
         with self.timer("reweight"):
-            answer = self._answer_mask(batch)
             for weighting in weightings:
-                out = weighting(WeightingInputs(advantages=adv, mask=batch.completion_mask[rows],
-                                                logprobs=logp.detach(),
-                                                answer_mask=None if answer is None else answer[rows],
-                                                entropy=None if ent is None else ent.detach()))
+                out = weighting(WeightingInputs(advantages=adv, mask=mb.completion_mask, logprobs=logp.detach(),
+                                                answer_mask=answer, entropy=None if ent is None else ent.detach()))
                 adv = out.advantages
-                batch.meta.setdefault("weighting_metrics", {}).update(
+                mb.meta.setdefault("weighting_metrics", {}).update(
                     {f"adv/{k}": float(v) for k, v in out.metrics.items()})
         return adv
 
@@ -187,17 +228,28 @@ class UpdatePhase:
     def _scored(self, batch: Rollouts, entropy: bool = False,
                 model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad log-probs (and entropies) (N, T) of the batch under ``model`` (default: the current
-        policy), ``rollout.micro_batch_size`` rows a forward."""
+        policy), ``rollout.micro_batch_size`` rows a forward (with ``optim.trim_padding``: rows sorted
+        by length, each forward cut to its own longest row; 0 at the cut columns, which are padding)."""
         policy = self.policy if model is None else model
         training = policy.training
         policy.eval()
-        chunks = micro_batches(batch.num_rows, self.cfg.rollout.micro_batch_size)
+        plan = UpdatePlan(self.cfg.rollout.micro_batch_size, None,
+                          row_lengths(batch) if self.cfg.optim.trim_padding else None)
+        logp = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.completion_mask.device)
+        ent = torch.zeros_like(logp) if entropy else None
+        chunks = plan.micro_batches(torch.arange(batch.num_rows, device=logp.device))
         with torch.no_grad():
-            parts = [self._logprobs(policy, batch, rows=rows, entropy=entropy) for rows in chunks]
+            for rows in chunks:
+                mb = plan.view(batch, rows)
+                lp, en = self._logprobs(policy, mb, entropy=entropy)
+                t = lp.shape[1]
+                logp[rows, :t] = lp.float()
+                if entropy:
+                    ent[rows, :t] = en.float()
             for _ in range(forward_count(len(chunks)) - len(chunks)):  # sharded: as many forwards as any rank
-                self._logprobs(policy, batch, rows=chunks[0][:1])
+                self._logprobs(policy, plan.view(batch, chunks[0][:1]))
         policy.train(training)
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]) if entropy else None
+        return logp, ent
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.policy.parameters() if p.requires_grad]

@@ -60,6 +60,7 @@ class AnswerMask(TokenWeighting):
     """
 
     Config = AnswerMaskConfig
+    needs_every_row = False  # row-local; zeroes some advantages, never makes one
     paper = "OM-GRPO: answer-masked label-free GRPO (arXiv id unknown; seed abstract)"
     needs_answer_mask = True
 

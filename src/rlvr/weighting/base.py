@@ -39,6 +39,9 @@ class WeightingOutput:
 
 class TokenWeighting(Plugin, ABC):
     needs_answer_mask = False  # the trainer locates answer spans only for weightings that need them
+    # False only for weightings that map a zero advantage to zero and read no other row (row-local):
+    # then rows with zero advantage may be left out of the update (optim.skip_zero_rows).
+    needs_every_row = True
 
     @abstractmethod
     def __call__(self, inputs: WeightingInputs) -> WeightingOutput:

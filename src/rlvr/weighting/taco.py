@@ -55,6 +55,7 @@ class TACO(TokenWeighting):
     """
 
     Config = TACOConfig
+    needs_every_row = False  # row-local; scales positive advantages only
     paper = ("When Implausible Tokens Get Reinforced: Tail-Aware Credit Calibration for LLM "
              "Reinforcement Learning (arXiv id unknown; code github.com/xiuyilou/TACO)")
 
