@@ -35,8 +35,11 @@ def _real(example: dict) -> list[str]:
 def test_fsdp2_update_equals_single_process(tmp_path, example, mode):
     if mode == "fixed_lora":
         pytest.importorskip("peft")
-    two = _run([mode], tmp_path / "two", 2, accelerate_config=FSDP2, overrides=_real(example))
-    one = _run([mode], tmp_path / "one", 1, overrides=_real(example))[0]
+    # Untrimmed micro-batches: trim_padding pads each rank's micro-batches to different widths than one
+    # process's, and Adam (lr 1e-2) magnifies the float reordering past 1e-5 on near-zero LoRA gradients.
+    extra = [*_real(example), "optim.trim_padding=false"]
+    two = _run([mode], tmp_path / "two", 2, accelerate_config=FSDP2, overrides=extra)
+    one = _run([mode], tmp_path / "one", 1, overrides=extra)[0]
     assert two[0]["backend"] == "fsdp2" and two[0]["sharded"] and one["backend"] == "single"
     assert abs(two[0]["loss"] - one["loss"]) < 1e-6 and abs(one["loss"]) > 1e-3  # a non-trivial loss
     assert sorted(two[0]["params"]) == sorted(one["params"])  # the full model, gathered on rank 0
