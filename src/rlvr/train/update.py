@@ -38,6 +38,7 @@ from rlvr.batching import UpdatePlan, mini_batches, row_lengths
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rollout import sequence_logprobs
+from rlvr.rollout.lockstep import forward_count
 from rlvr.train.config import ConfigError
 from rlvr.train.precision import autocast
 from rlvr.types import LossInputs, Rollouts
@@ -114,10 +115,15 @@ class UpdatePhase:
         norm = self._global_normalisers(batch.completion_mask[rows])
         mbs = plan.micro_batches(rows)
         computed = sum(idx.numel() for idx in mbs)
+        passes = forward_count(len(mbs))  # sharded: as many forward/backward passes as any rank runs
         sums: dict[str, float] = {}
-        for i, idx in enumerate(mbs):
-            sync = i == len(mbs) - 1
+        for i in range(passes):
+            sync = i == passes - 1
             with (nullcontext() if sync else self.acc.no_sync(self.model)):
+                if i >= len(mbs):
+                    self._idle_micro_step(batch, rows[:1])
+                    continue
+                idx = mbs[i]
                 step_metrics = self._micro_step(batch, idx, fill_old, norm, idx.numel() / computed, plan)
             for key, value in step_metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
@@ -157,6 +163,12 @@ class UpdatePhase:
         plan.count(mb)
         return out
 
+    def _idle_micro_step(self, batch: Rollouts, rows: torch.Tensor) -> None:
+        """A forward and backward that add nothing to the gradients (loss × 0), so a sharded rank with
+        fewer micro-batches than another keeps its collectives in line with theirs."""
+        logp, _ = self._logprobs(self.model, batch, rows=rows)
+        self.acc.backward(logp.sum() * 0.0)
+
     def _reweight(self, mb: Rollouts, answer: torch.Tensor | None, logp: torch.Tensor,
                   ent: torch.Tensor | None) -> torch.Tensor:
         """The reweight stage: token weightings on this micro-batch's advantages (n, T')."""
@@ -188,8 +200,8 @@ class UpdatePhase:
         clip = self.cfg.optim.grad_clip
         if self.scaler is not None:  # fp16: true gradients before clipping
             self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        total = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        # Through the accelerator (a DTensor-aware global norm under FSDP2): the same on every rank.
+        total = self.sharding.clip_grad_norm(self.model, clip if clip > 0 else float("inf"))
         if not torch.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:  # an fp16 overflow: skip this step with a smaller scale
@@ -225,14 +237,17 @@ class UpdatePhase:
                           row_lengths(batch) if self.cfg.optim.trim_padding else None)
         logp = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.completion_mask.device)
         ent = torch.zeros_like(logp) if entropy else None
+        chunks = plan.micro_batches(torch.arange(batch.num_rows, device=logp.device))
         with torch.no_grad():
-            for rows in plan.micro_batches(torch.arange(batch.num_rows, device=logp.device)):
+            for rows in chunks:
                 mb = plan.view(batch, rows)
                 lp, en = self._logprobs(policy, mb, entropy=entropy)
                 t = lp.shape[1]
                 logp[rows, :t] = lp.float()
                 if entropy:
                     ent[rows, :t] = en.float()
+            for _ in range(forward_count(len(chunks)) - len(chunks)):  # sharded: as many forwards as any rank
+                self._logprobs(policy, plan.view(batch, chunks[0][:1]))
         policy.train(training)
         return logp, ent
 
