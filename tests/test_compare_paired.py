@@ -90,3 +90,23 @@ def test_comparison_file_baseline_and_default_seeds(tmp_path):
     path.write_text("methods: {grpo: {preset: grpo}}\nbudget: {steps: 2}\nbaseline: gspo\n")
     with pytest.raises(ConfigError, match="baseline 'gspo' is not one of the methods"):
         load_compare(path)
+
+
+def test_subset_metrics_are_paired_and_do_not_break_the_pass_at_k_columns(tmp_path):
+    # The hard regime's evaluation adds greedy_accuracy/<subset> and pass@k/<subset> keys.
+    runs = []
+    for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
+        for method, acc in (("grpo", b), ("new", b + d)):
+            folder = tmp_path / "runs" / method / f"seed{seed}"
+            hard = {"greedy_accuracy/hard": acc / 2, "pass@4/hard": acc / 4, "greedy_accuracy/base": acc}
+            _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2, **hard},
+                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
+            runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
+    results = build_report(tmp_path, runs, {"kind": "steps", "value": 20}, baseline="grpo")
+    assert results["largest_k"] == 4 and list(results["runs"][0]["pass_at_k"]) == ["pass@1", "pass@4"]
+    paired = results["paired"]
+    assert paired["metrics"][-3:] == ["greedy_accuracy/base", "greedy_accuracy/hard", "pass@4/hard"]
+    hard = paired["methods"]["new"]["greedy_accuracy/hard"]
+    assert hard["mean"] == pytest.approx(0.035) and hard["ci"] == pytest.approx(0.094139 / 2, abs=1e-6)
+    assert paired["methods"]["new"]["pass@4/hard"]["mean"] == pytest.approx(0.0175)
+    assert "greedy_accuracy/hard" in (tmp_path / "results.md").read_text()

@@ -101,3 +101,29 @@ def test_bad_comparison_files_are_named(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(ConfigError, match="'budget' must be exactly one of"):
         load_compare(path)
+
+
+def test_warm_cache_is_shared_by_comparisons_whose_warm_start_agrees(tmp_path):
+    from rlvr.compare.runner import warm_key
+    path = _write_compare(tmp_path, steps=1, seeds=(0,))
+    spec = yaml.safe_load(path.read_text())
+    spec["warm_cache"] = str(tmp_path / "warm")
+    path.write_text(yaml.safe_dump(spec))
+    other = dict(spec, out_dir=str(tmp_path / "other"), methods={"dapo": {"preset": "dapo"}})
+    other["base"] = {**spec["base"], "run": {**spec["base"]["run"], "eval_problems": 6}}  # eval is not a key
+    other_path = tmp_path / "other.yaml"
+    other_path.write_text(yaml.safe_dump(other))
+    key = warm_key(load_compare(path).base)
+    assert warm_key(load_compare(other_path).base) == key
+    changed = {**spec["base"], "warm_start": {"steps": 3, "batch_size": 4}}
+    assert warm_key(changed) != key
+    assert main(["compare", str(path)]) == 0
+    model = tmp_path / "warm" / key / "seed0" / "model.safetensors"
+    stamp = model.stat().st_mtime_ns
+    assert not (tmp_path / "cmp" / "warm").exists()  # nothing built in the comparison's own folder
+    assert main(["compare", str(other_path)]) == 0
+    assert model.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    runs = json.loads((tmp_path / "other" / "results.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["done"]
+    config = yaml.safe_load((tmp_path / "other" / "runs" / "dapo" / "seed0" / "config.yaml").read_text())
+    assert Path(config["model"]["path"]) == (tmp_path / "warm" / key / "seed0").resolve()

@@ -10,6 +10,8 @@ seeds: [0, 1, 2, 3, 4]        # default: 0-4
 baseline: grpo                # every other method is paired against it seed by seed (default: the first)
 budget: {steps: 300}          # or {rollouts: 19200} or {seconds: 120}
 shared_warm_start: true       # one warm start per seed, the same starting model for every method
+warm_cache: runs/compare/warm # optional: warm starts kept here, keyed by what they depend on, and reused
+                              # by every comparison file whose model, task and warm start agree
 ```
 """
 
@@ -46,6 +48,7 @@ class CompareConfig:
     shared_warm_start: bool = True
     jobs: int = 1
     baseline: str | None = None  # the method paired against (None: the first)
+    warm_cache: Path | None = None  # warm starts shared across comparison files (None: out_dir/warm)
     source: dict = field(default_factory=dict)  # the file as read, for the record
 
     def budget_text(self) -> str:
@@ -80,7 +83,7 @@ def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
         raise ConfigError(f"comparison file not found: {path}")
     data = yaml.safe_load(path.read_text()) or {}
     known = {"out_dir", "base", "base_config", "methods", "seeds", "budget", "shared_warm_start", "jobs", "paper",
-             "baseline", "regime", "claim"}
+             "baseline", "regime", "claim", "warm_cache"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {unknown}; valid: {sorted(known)}")
@@ -93,7 +96,7 @@ def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
                         budget=_budget(data.get("budget"), path),
                         shared_warm_start=bool(data.get("shared_warm_start", True)),
                         jobs=int(data.get("jobs", 1)), baseline=_baseline(data.get("baseline"), path),
-                        source=data)
+                        warm_cache=Path(data["warm_cache"]) if data.get("warm_cache") else None, source=data)
     if cfg.baseline is not None and cfg.baseline not in {m.name for m in cfg.methods}:
         raise ConfigError(f"{path}: baseline '{cfg.baseline}' is not one of the methods "
                           f"{[m.name for m in cfg.methods]}")

@@ -71,6 +71,7 @@ def run_record(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]
         "accuracy_gain": None if acc_before is None or acc_after is None else acc_after - acc_before,
         "pass_at_k": _prefixed(after, "pass@"), "pass_at_k_before": _prefixed(before, "pass@"),
         "maj_at_k": _prefixed(after, "maj@"), "maj_at_k_before": _prefixed(before, "maj@"),
+        "subsets": {k: v for k, v in after.items() if "/" in k},  # e.g. greedy_accuracy/hard, pass@8/hard
         "final_reward": final_mean(rows, "reward/mean"),
         "final_entropy": final_mean(rows, "rollout/entropy"),
         "final_response_length": final_mean(rows, "rollout/response_length"),
@@ -81,7 +82,8 @@ def run_record(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]
 
 
 def _prefixed(d: dict[str, Any], prefix: str) -> dict[str, float]:
-    keys = sorted((k for k in d if k.startswith(prefix)), key=lambda k: int(k.split("@")[1]))
+    """The whole-set ``pass@j`` / ``maj@j`` entries by j (per-subset ones, ``pass@j/name``, are apart)."""
+    keys = sorted((k for k in d if k.startswith(prefix) and "/" not in k), key=lambda k: int(k.split("@")[1]))
     return {k: d[k] for k in keys}
 
 
@@ -91,6 +93,7 @@ def flat_metrics(rec: dict[str, Any]) -> dict[str, Any]:
                                    "final_entropy", "final_response_length", "rollouts", "seconds", "steps")}
     out.update(rec.get("pass_at_k") or {})
     out.update(rec.get("maj_at_k") or {})
+    out.update(rec.get("subsets") or {})
     return out
 
 
@@ -106,8 +109,17 @@ def aggregate(records: list[dict[str, Any]], methods: list[str]) -> dict[str, di
 
 def _metric_order(name: str) -> tuple[int, int, str]:
     if "@" in name:
-        return (1, int(name.split("@")[1]), name)
+        return (1, int(name.split("@")[1].split("/")[0]), name)
     return (0, 0, name)
+
+
+def subset_metrics(records: list[dict[str, Any]], k: int | None) -> list[str]:
+    """Per-subset greedy accuracy and pass@k that every finished run reports (e.g. the hard regime's)."""
+    sets = [set(r.get("subsets") or {}) for r in records if r["status"] == "done"]
+    common = set.intersection(*sets) if sets else set()
+    names = sorted({m.split("/", 1)[1] for m in common})
+    wanted = [f"greedy_accuracy/{n}" for n in names] + ([f"pass@{k}/{n}" for n in names] if k else [])
+    return [m for m in wanted if m in common]
 
 
 def largest_k(records: list[dict[str, Any]]) -> int | None:
@@ -172,7 +184,8 @@ def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[s
         raise ValueError(f"baseline '{baseline}' is not one of the methods {methods}")
     results = {"budget": budget, "runs": records, "methods": stats,
                "best": best_methods(stats, [*HIGHER, *k_metrics, *LOWER]), "largest_k": k,
-               "paired": paired(records, methods, baseline, [*PAIRED, *k_metrics[:1]])}
+               "paired": paired(records, methods, baseline,
+                                [*PAIRED, *k_metrics[:1], *subset_metrics(records, k)])}
     _write_text(out / "results.json", json.dumps(results, indent=2))
     finished = {m: [(rec, rows) for rec, rows in pairs if rec["method"] == m and rec["status"] == "done"]
                 for m in methods}

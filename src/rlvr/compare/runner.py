@@ -4,11 +4,14 @@ A finished run (``summary.json`` present and its config unchanged) is reused; a 
 killed resumes from its last checkpoint (exactly, as ``rlvr train --resume`` does); a run that
 fails is reported with the tail of its log and does not stop the others. ``only`` re-runs a
 selection alone. With ``shared_warm_start`` every method of a seed starts from the same
-warm-started model, built once per seed.
+warm-started model, built once per seed; with ``warm_cache`` that model is kept under a key of what it
+depends on (model, task, warm start, generation cap; not the thread count) and reused by any other
+comparison whose key agrees.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -77,8 +80,10 @@ def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, 
         return {}
     out: dict[int, Path] = {}
 
+    root = cfg.out_dir / "warm" if cfg.warm_cache is None else cfg.warm_cache / warm_key(cfg.base)
+
     def build(seed: int) -> None:
-        folder = cfg.out_dir / "warm" / f"seed{seed}"
+        folder = root / f"seed{seed}"
         out[seed] = folder
         if (folder / "config.json").exists():
             return
@@ -96,6 +101,14 @@ def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(build, seeds))
     return out
+
+
+def warm_key(base: dict) -> str:
+    """A short digest of what a warm start depends on, so equal warm starts share one cache folder."""
+    cfg = to_dict(_validated(base))
+    what = {k: cfg[k] for k in ("model", "task", "warm_start")}
+    what["max_new_tokens"] = cfg["rollout"]["max_new_tokens"]  # the target-accuracy check generates
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress: bool) -> dict[str, Any]:
