@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr.train.deepspeed_backend import zero_stage
 from rlvr.train.trainer import Trainer
 from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.types import AdvantageInputs, Problem, Rollouts
@@ -79,9 +80,11 @@ def main(mode: str, out: str) -> None:
     trainer = Trainer(cfg)
     result = {"summary": trainer.train()} if mode in ("train", "stop") \
         else run_fixed(trainer, mask_cut=mode == "fixed_masked")
-    params = {k: v.detach().double().sum().item() for k, v in trainer.policy.state_dict().items()}
-    flat = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
-    result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes})
+    with trainer.gathered():  # whole parameters under ZeRO-3
+        params = {k: v.detach().double().sum().item() for k, v in trainer.policy.state_dict().items()}
+        flat = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
+    result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes,
+                   "backend": trainer.acc.distributed_type.value, "zero_stage": zero_stage(trainer.acc)})
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank{trainer.acc.process_index}.json").write_text(json.dumps(result))
 

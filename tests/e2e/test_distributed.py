@@ -13,11 +13,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(args: list[str], out: Path, nproc: int) -> list[dict]:
+def _run(args: list[str], out: Path, nproc: int, accelerate_config: str | None = None) -> list[dict]:
+    """The worker in ``nproc`` processes: torchrun, or ``accelerate launch --config_file accelerate_config``."""
     # This checkout's src first (not whichever rlvr is installed), then the repo root for tests.e2e.
     path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    if nproc > 1:
+    if accelerate_config:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / accelerate_config),
+               "--num_processes", str(nproc), "--main_process_port", str(29500 + os.getpid() % 1000),
+               "-m", "tests.e2e.ddp_worker", *args, str(out)]
+    elif nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(29500 + os.getpid() % 1000), "-m", "tests.e2e.ddp_worker", *args, str(out)]
     else:

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from rlvr.train.deepspeed_backend import whole_parameters
+
 
 def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any = None) -> str | None:
     """Which budget (steps, rollouts, seconds) ends a run, or None to go on. With ``acc`` (an
@@ -38,10 +40,12 @@ def end_step(trainer: Any, metrics: dict[str, float], sampled: int, started: flo
     metrics.update({"rollout/spent": trainer.rollouts_spent, "time/elapsed": trainer.seconds_spent})
     run = trainer.cfg.run
     callbacks = getattr(trainer, "callbacks", None)
-    if eval_fn is not None and trainer.acc.is_main_process and run.eval_every and trainer.step % run.eval_every == 0:
-        evaluation = eval_fn(trainer.policy, trainer.step)
-        metrics.update(evaluation)
-        if callbacks is not None:
-            callbacks.evaluate(trainer, trainer.step, evaluation)
+    if eval_fn is not None and run.eval_every and trainer.step % run.eval_every == 0:
+        with whole_parameters(trainer):  # every rank enters (ZeRO-3 gathers); rank 0 evaluates
+            if trainer.acc.is_main_process:
+                evaluation = eval_fn(trainer.policy, trainer.step)
+                metrics.update(evaluation)
+                if callbacks is not None:
+                    callbacks.evaluate(trainer, trainer.step, evaluation)
     logger.log(trainer.step, metrics)
     return callbacks is not None and callbacks.step_end(trainer, trainer.step, metrics)

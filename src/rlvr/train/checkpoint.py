@@ -39,9 +39,10 @@ class CheckpointError(RuntimeError):
     """No intact checkpoint to load (the message lists each one and why it was refused)."""
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                     state: dict[str, Any], keep: int = 2, extras: Extra | None = None) -> Path:
-    """Write checkpoint ``step`` atomically and point ``latest`` at it; keep the newest ``keep``.
+    """Write checkpoint ``step`` atomically and point ``latest`` at it; keep the newest ``keep``; an
+    ``optimizer`` of None (DeepSpeed ZeRO shards it) writes an empty optimizer file, which resume refuses.
     ``extras`` (e.g. ``{"critic": (value_model, its optimizer)}``) go into the same folder."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -50,7 +51,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
     try:
         weights = {k: v.detach().contiguous().clone() for k, v in policy_state_dict(model).items()}
         save_file(_untie(weights), str(tmp / "model.safetensors"))
-        opt_tensors, opt_meta = _flatten_optimizer(optimizer)
+        opt_tensors, opt_meta = _flatten_optimizer(optimizer) if optimizer is not None else ({}, None)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         extra_meta = {}
         for name, (module, opt) in (extras or {}).items():
@@ -197,6 +198,9 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
         raise CheckpointError(f"checkpoint {path}: {problem}")
     _load_model(path, model)
     state = json.loads((path / "state.json").read_text())
+    if optimizer is not None and state["optimizer"] is None:
+        raise CheckpointError(f"checkpoint {path} holds no optimizer state (written under DeepSpeed ZeRO); it "
+                              f"cannot be resumed exactly: start a new run from its weights")
     if optimizer is not None:
         _restore_optimizer(optimizer, _tensors(path / "optimizer.safetensors"), state["optimizer"])
     for name, (module, opt) in (extras or {}).items():

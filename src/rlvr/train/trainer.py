@@ -21,6 +21,7 @@ import yaml
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
+from rlvr.train import deepspeed_backend as ds
 from rlvr.batching import micro_batches, mini_batches
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
@@ -56,8 +57,8 @@ class Trainer:
         self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
-        # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.
-        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.acc = accelerator or ds.make_accelerator()  # DDP (gloo on CPU), or DeepSpeed when launched so
+        ds.check_supported(self.acc, cfg)
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
         torch.manual_seed(cfg.run.seed)
@@ -74,6 +75,8 @@ class Trainer:
             model = add_lora(model, cfg.model.lora, seed=cfg.run.seed)
         self.ref_model, self._ref_on_disk = self._reference(model, base_from_path=built and bool(cfg.model.path))
         optimizer, self.scheduler = build_optimizer(cfg, model)
+        if ds.active(self.acc):
+            ds.configure(self.acc, cfg)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.scaler = grad_scaler(cfg, self.acc.device)  # fp16 mixed precision only
         if self.ref_model is not None:  # prepare() moved the policy; the frozen copy follows it
@@ -143,7 +146,7 @@ class Trainer:
         """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""
         model = self.policy
         model.eval()
-        with torch.no_grad(), autocast(self.cfg, self.acc.device):
+        with torch.no_grad(), autocast(self.cfg, self.acc.device), self.gathered():
             batch, metrics = self.collector.collect(model, self.step)
         selector = self.parts["selector"]
         with self.timer("observe"):  # the global batch, so every rank's selector sees the same rows
@@ -223,7 +226,7 @@ class Trainer:
         for i, idx in enumerate(mbs):
             sync = i == len(mbs) - 1
             with (nullcontext() if sync else self.acc.no_sync(self.model)):
-                step_metrics = self._micro_step(batch, rows[idx], fill_old, norm, idx.numel() / rows.numel())
+                step_metrics = self._micro_step(batch, rows[idx], fill_old, norm, idx.numel() / rows.numel(), sync)
             for key, value in step_metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
         with self.timer("optimizer"):
@@ -283,7 +286,7 @@ class Trainer:
                                         batch.completion_ids, batch.attention)
 
     def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict,
-                    share: float) -> dict[str, float]:
+                    share: float, last: bool = True) -> dict[str, float]:
         with self.timer("forward"):
             logp, ent = self._logprobs(self.model, batch, rows=rows, entropy=True)
         if fill_old:
@@ -299,7 +302,10 @@ class Trainer:
         with self.timer("loss"):
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):
-            self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
+            if ds.active(self.acc):  # unscaled shares, the boundary on the last micro-batch
+                ds.backward(self.model, loss, last)
+            else:
+                self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
         # Loss terms are already this micro-batch's share of the mini-batch's global value (they add
         # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share.
         out = {}
@@ -343,6 +349,12 @@ class Trainer:
         return batch.meta["answer_mask"]
 
     def _optimizer_step(self) -> dict[str, float]:
+        if ds.active(self.acc):  # DeepSpeed clips (optim.grad_clip) and steps its sharded optimizer
+            total = ds.step(self.model)
+            if total != total or total in (float("inf"), float("-inf")):
+                raise NonFiniteLossError(f"gradient norm is {total} under DeepSpeed")
+            self.scheduler.step()
+            return {"optim/grad_norm": total}
         clip = self.cfg.optim.grad_clip
         if self.scaler is not None:  # fp16: true gradients before clipping
             self.scaler.unscale_(self.optimizer)
@@ -378,7 +390,7 @@ class Trainer:
         policy = self.policy if model is None else model
         training = policy.training
         policy.eval()
-        with torch.no_grad():
+        with torch.no_grad(), self.gathered():
             parts = [self._logprobs(policy, batch, rows=rows, entropy=entropy)
                      for rows in micro_batches(batch.num_rows, self.cfg.rollout.micro_batch_size)]
         policy.train(training)
@@ -409,19 +421,33 @@ class Trainer:
         """The unwrapped policy (no DDP wrapper), for generation and evaluation."""
         return self.acc.unwrap_model(self.model)
 
+    def gathered(self) -> Any:
+        """A context with the policy's parameters whole on every rank (ZeRO-3; a collective: every rank
+        enters it), for generation, no-grad scoring, saving and evaluation; a no-op otherwise."""
+        return ds.gathered(self.acc, self.model)
+
     def save(self) -> None:
         self.acc.wait_for_everyone()
+        with self.gathered():
+            self._save_on_main()
+        self._saved_step = self.step
+        self.acc.wait_for_everyone()
+
+    def _save_on_main(self) -> None:
+        """Rank 0 writes the checkpoint; under DeepSpeed the weights only (ZeRO shards the optimizer)."""
         if self.acc.is_main_process:
             state = {"scheduler": self.scheduler.state_dict(),  # plain numbers (lr_lambdas: [None])
                      "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
                      "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
             extras = None if self.critic is None else self.critic.checkpoint_parts()
-            path = save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer, state, extras=extras)
+            optimizer = None if ds.active(self.acc) else self.optimizer
+            path = save_checkpoint(self.run_dir, self.step, self.policy, optimizer, state, extras=extras)
             self.callbacks.save(self, self.step, path)
-        self._saved_step = self.step
-        self.acc.wait_for_everyone()
 
     def _resume(self) -> None:
+        if ds.active(self.acc):
+            raise ConfigError("resume under DeepSpeed is not supported: its checkpoints hold the weights but not "
+                              "ZeRO's sharded optimizer state; start a new run from RUN/final (model.path)")
         path = latest_checkpoint(self.run_dir)
         if path is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
