@@ -25,7 +25,7 @@ CONFIG = {**TINY, "task": {"name": "tests.e2e.tiny:ToyDigit"},
           "run": {**TINY["run"], "steps": 2, "save_every": 1, "eval_problems": 4, "out_dir": "run"}}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -38,7 +38,7 @@ def _env() -> dict[str, str]:
 
 def _launch_nodes(config: Path, nodes: list[Path]) -> None:
     """Both "nodes" at once (each waits for the other at the rendezvous)."""
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank, cwd in enumerate(nodes):
         cwd.mkdir(parents=True)
@@ -70,24 +70,38 @@ def _max_diff(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
 
 
-def test_two_node_launch_equals_one_process_and_writes_once(tmp_path):
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
-    node0, node1, single = tmp_path / "node0", tmp_path / "node1", tmp_path / "single"
-    _launch_nodes(config, [node0, node1])
-    single.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", str(config)], cwd=single, env=_env(),
+def write_config(folder: Path, **run: object) -> Path:
+    config = folder / "config.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, "run": {**CONFIG["run"], **run}}))
+    return config
+
+
+def run_cli(launcher: list[str], config: Path, cwd: Path) -> Path:
+    """``LAUNCHER -m rlvr.cli train CONFIG`` in ``cwd``; the run folder ``cwd/run``."""
+    cwd.mkdir()
+    proc = subprocess.run([*launcher, "-m", "rlvr.cli", "train", str(config)], cwd=cwd, env=_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return cwd / "run"
 
-    run, one = node0 / "run", single / "run"
-    assert json.loads((run / "summary.json").read_text())["processes"] == 2
+
+def assert_same_updates(run: Path, one: Path, processes: int) -> None:
+    """Each step's checkpoint and the exported final/ weights of ``run`` equal the 1-process ``one``'s."""
+    assert json.loads((run / "summary.json").read_text())["processes"] == processes
     assert json.loads((one / "summary.json").read_text())["processes"] == 1
-    for step in ("step_000001", "step_000002"):  # each step's update equals the 1-process one
+    for step in ("step_000001", "step_000002"):
         assert _max_diff(_weights(run / "checkpoints" / step), _weights(one / "checkpoints" / step)) < 1e-5
     assert _max_diff(_weights(run / "final"), _weights(one / "final")) < 1e-5
     moved = _max_diff(_weights(run / "checkpoints" / "step_000001"), _weights(run / "checkpoints" / "step_000002"))
     assert moved > 1e-6  # the second step changed the weights: the comparison is not of idle runs
+
+
+def test_two_node_launch_equals_one_process_and_writes_once(tmp_path):
+    config = write_config(tmp_path)
+    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    _launch_nodes(config, [node0, node1])
+    run, one = node0 / "run", run_cli([sys.executable], config, tmp_path / "single")
+    assert_same_updates(run, one, processes=2)
 
     # rank-0-only outputs, written once: every file on node 0, nothing at all on node 1
     assert not list(node1.iterdir())

@@ -91,9 +91,23 @@ def step(engine: Any) -> float:
 
 @contextmanager
 def _zero3_gathered(engine: Any) -> Iterator[None]:
-    from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
-    with unwrap_model_for_generation(engine):
-        yield
+    """All parameters gathered, and every ZeRO-3 hook off for the block: the per-module fetch/release
+    hooks (they would re-partition the weights after each forward) and the root module's
+    start-of-forward hook, whose step check is a collective (a forward on one rank alone would wait for
+    the others forever: evaluation on rank 0, or ranks decoding different numbers of tokens)."""
+    from deepspeed.runtime.zero.partition_parameters import GatheredParameters
+    offload = engine.optimizer.parameter_offload
+    root_hooks = offload.module._forward_pre_hooks  # (torch keeps a module's pre-hooks by handle id)
+    with GatheredParameters(list(engine.module.parameters())):
+        for handle in offload.forward_hooks + offload.backward_hooks:
+            handle.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        start_of_forward = root_hooks.pop(offload.fwd_pre_hook.id)
+        try:
+            yield
+        finally:
+            root_hooks[offload.fwd_pre_hook.id] = start_of_forward
+            offload._register_deepspeed_module(offload.module)
 
 
 def gathered(acc: Accelerator, model: Any) -> Any:
