@@ -10,6 +10,7 @@ per mini-batch, losses with global normalisers (DESIGN.md §2, the ``loss`` and 
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from typing import Any
 
@@ -150,8 +151,8 @@ class UpdatePhase:
     def _optimizer_step(self) -> dict[str, float]:
         if ds.active(self.acc):  # DeepSpeed clips (optim.grad_clip) and steps its sharded optimizer
             total = ds.step(self.model)
-            if total != total or total in (float("inf"), float("-inf")):
-                raise NonFiniteLossError(f"gradient norm is {total} under DeepSpeed")
+            if not math.isfinite(total):
+                raise NonFiniteLossError(f"gradient norm is {total}; DeepSpeed skipped the update")
             self.scheduler.step()
             return {"optim/grad_norm": total}
         clip = self.cfg.optim.grad_clip
