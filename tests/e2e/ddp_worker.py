@@ -1,15 +1,17 @@
-"""Worker for the data-parallel tests; run as ``torchrun --nproc_per_node 2 -m tests.e2e.ddp_worker MODE OUT``
-or as a plain single process. Writes ``OUT/rank<r>.json``."""
+"""Worker for the data-parallel tests; run as ``torchrun --nproc_per_node 2 -m tests.e2e.ddp_worker MODE OUT
+[OVERRIDES]`` (or under ``accelerate launch --config_file configs/accelerate/fsdp2_cpu.yaml``) or as a plain
+single process. Writes ``OUT/rank<r>.json``; ``run*`` modes go through ``train_run`` (evaluations, RUN/final)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 
-from rlvr.train.deepspeed_backend import zero_stage
+from rlvr.train.run import train_run
 from rlvr.train.trainer import Trainer
 from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.types import AdvantageInputs, Problem, Rollouts
@@ -71,23 +73,37 @@ MODES = {
                   "algorithm.aggregation.mode=seq-mean-token-sum"],
     "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"],
     "train": ["run.steps=2"],
+    # train_run: evaluations before/after, a checkpoint per step, RUN/final; run_stop stops after step 1
+    # (on the last rank's word) and run_resume continues it to step 2 in the same folder.
+    "run": ["run.steps=2", "run.save_every=1", "run.eval_problems=2", "run.eval_k=1"],
 }
+MODES["run_stop"] = [*MODES["run"], "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"]
+MODES["run_resume"] = MODES["run"]
 MODES["fixed_lora"] = [*MODES["fixed"], "model.lora.r=4", "model.lora.alpha=8", "optim.lr=1e-2"]  # a LoRA policy
 
 
-def main(mode: str, out: str) -> None:
-    cfg = tiny_config(Path(out) / "run", MODES[mode])
+def main(mode: str, out: str, overrides: list[str]) -> None:
+    cfg = tiny_config(Path(out) / "run", [*MODES[mode], *overrides])
+    if mode.startswith("run"):
+        summary = train_run(cfg, resume=mode == "run_resume")
+        rank = int(os.environ.get("RANK", "0"))
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"rank{rank}.json").write_text(json.dumps({"summary": summary}))
+        return
     trainer = Trainer(cfg)
     result = {"summary": trainer.train()} if mode in ("train", "stop") \
         else run_fixed(trainer, mask_cut=mode == "fixed_masked")
-    with trainer.gathered():  # whole parameters under ZeRO-3
-        params = {k: v.detach().double().sum().item() for k, v in trainer.policy.state_dict().items()}
-        flat = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
+    # The full weights as one process holds them (every rank joins the gather of a sharded model;
+    # under FSDP2 only the main process receives them).
+    state = trainer.sharding.model_state(trainer.policy)
+    params = {k: v.detach().double().sum().item() for k, v in state.items()}
+    flat = torch.cat([v.detach().flatten().float() for v in state.values()]) if state else torch.zeros(0)
+    sharded = any(hasattr(p, "full_tensor") for p in trainer.policy.parameters())  # DTensor shards
     result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes,
-                   "backend": trainer.acc.distributed_type.value, "zero_stage": zero_stage(trainer.acc)})
+                   "backend": trainer.sharding.name, "sharded": sharded})
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank{trainer.acc.process_index}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -13,20 +13,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(args: list[str], out: Path, nproc: int, accelerate_config: str | None = None) -> list[dict]:
-    """The worker in ``nproc`` processes: torchrun, or ``accelerate launch --config_file accelerate_config``."""
+def _run(args: list[str], out: Path, nproc: int, accelerate_config: str | None = None,
+         overrides: list[str] | None = None) -> list[dict]:
+    """Run ``tests.e2e.ddp_worker MODE OUT [overrides]`` in ``nproc`` processes (torchrun, or ``accelerate
+    launch --config_file accelerate_config``, e.g. FSDP2) or in this interpreter's one plain process."""
     # This checkout's src first (not whichever rlvr is installed), then the repo root for tests.e2e.
     path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    worker = ["-m", "tests.e2e.ddp_worker", *args, str(out), *(overrides or [])]
+    port = str(29500 + os.getpid() % 1000)
     if accelerate_config:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / accelerate_config),
-               "--num_processes", str(nproc), "--main_process_port", str(29500 + os.getpid() % 1000),
-               "-m", "tests.e2e.ddp_worker", *args, str(out)]
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config,
+               "--num_processes", str(nproc), "--main_process_port", port, *worker]
     elif nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_port", str(29500 + os.getpid() % 1000), "-m", "tests.e2e.ddp_worker", *args, str(out)]
+               "--master_port", port, *worker]
     else:
-        cmd = [sys.executable, "-m", "tests.e2e.ddp_worker", *args, str(out)]
+        cmd = [sys.executable, *worker]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]

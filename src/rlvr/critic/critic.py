@@ -21,6 +21,8 @@ from rlvr.critic.value_model import ValueModel, build_value_model
 from rlvr.critic.view import POLICY_VIEW, critic_prompts, template_fields
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import masked_mean
+from rlvr.rollout.lockstep import forward_count
+from rlvr.train.sharding import Sharding
 from rlvr.types import Rollouts
 
 _PROMPT, _OLD = "critic_prompt", "critic_old_values"  # per-batch entries in Rollouts.meta
@@ -38,7 +40,8 @@ class Critic:
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
                                       weight_decay=cfg.weight_decay)
         self.scheduler = lr_schedule(optimizer, cfg.schedule, cfg.lr_warmup_steps, max(total_steps * cfg.epochs, 1))
-        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)  # sharded like the policy (FSDP2)
+        self.sharding = Sharding(accelerator)
 
     @property
     def value_model(self) -> ValueModel:
@@ -75,9 +78,14 @@ class Critic:
         self.model.train()
         for _ in range(self.cfg.epochs):
             mbs = micro_batches(batch.num_rows, self.cfg.micro_batch_size)
+            passes = forward_count(len(mbs))  # sharded: as many forward/backward passes as any rank
             loss_sum, frac_sum = 0.0, 0.0
-            for i, rows in enumerate(mbs):
-                with (nullcontext() if i == len(mbs) - 1 else self.acc.no_sync(self.model)):
+            for i in range(passes):
+                with (nullcontext() if i == passes - 1 else self.acc.no_sync(self.model)):
+                    if i >= len(mbs):  # an idle pass: adds nothing to the gradients
+                        self.acc.backward(self._forward(batch, mbs[0][:1]).sum() * 0.0)
+                        continue
+                    rows = mbs[i]
                     loss, frac = clipped_value_loss(
                         self._forward(batch, rows), batch.meta[_OLD][rows], returns[rows], mask[rows],
                         clip=self.cfg.value_clip, mode=self.cfg.loss_agg, dp_size=self.acc.num_processes, **norm)
@@ -96,8 +104,7 @@ class Critic:
 
     def _step(self) -> dict[str, float]:
         clip = self.cfg.grad_clip
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        total = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        total = self.sharding.clip_grad_norm(self.model, clip if clip > 0 else float("inf"))
         lr = self.scheduler.get_last_lr()[0]
         if not torch.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlvr.train.deepspeed_backend import whole_parameters
+from rlvr.train.sharding import evaluates_here
 
 
 def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any = None) -> str | None:
@@ -30,7 +30,7 @@ def end_step(trainer: Any, metrics: dict[str, float], sampled: int, started: flo
              logger: Any) -> bool:
     """The bookkeeping after one optimizer step that every trainer loop shares: advance the step and
     the rollout / wall-clock budgets, add them to ``metrics``, run the periodic evaluation (main
-    process only), log, and call the callbacks. ``trainer`` has ``step``, ``rollouts_spent``,
+    process only; every rank in lock-step when parameters are sharded), log, and call the callbacks. ``trainer`` has ``step``, ``rollouts_spent``,
     ``seconds_spent``, ``cfg``, ``acc``, ``policy`` and optionally ``callbacks``
     (``rlvr.train.callbacks.Callbacks``); ``sampled`` is the completions this step sampled on all
     ranks. Returns True when a callback asked to stop the run."""
@@ -40,12 +40,10 @@ def end_step(trainer: Any, metrics: dict[str, float], sampled: int, started: flo
     metrics.update({"rollout/spent": trainer.rollouts_spent, "time/elapsed": trainer.seconds_spent})
     run = trainer.cfg.run
     callbacks = getattr(trainer, "callbacks", None)
-    if eval_fn is not None and run.eval_every and trainer.step % run.eval_every == 0:
-        with whole_parameters(trainer):  # every rank enters (ZeRO-3 gathers); rank 0 evaluates
-            if trainer.acc.is_main_process:
-                evaluation = eval_fn(trainer.policy, trainer.step)
-                metrics.update(evaluation)
-                if callbacks is not None:
-                    callbacks.evaluate(trainer, trainer.step, evaluation)
+    if eval_fn is not None and evaluates_here(trainer) and run.eval_every and trainer.step % run.eval_every == 0:
+        evaluation = eval_fn(trainer.policy, trainer.step)
+        metrics.update(evaluation)
+        if callbacks is not None:
+            callbacks.evaluate(trainer, trainer.step, evaluation)
     logger.log(trainer.step, metrics)
     return callbacks is not None and callbacks.step_end(trainer, trainer.step, metrics)

@@ -30,6 +30,10 @@ from rlvr.notice import notice
 
 
 Extra = dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]  # name -> (module, its optimizer)
+# What save_checkpoint takes for a model (or optimizer): the object itself, or its full state dict
+# already gathered (a sharded run gathers it on every rank first: rlvr.train.sharding).
+Weights = torch.nn.Module | dict[str, torch.Tensor]
+OptimState = torch.optim.Optimizer | dict[str, Any]
 MANIFEST = "manifest.json"
 FORMAT = 2  # state.json["format"]: checkpoints from 2 on carry a manifest; older ones load unverified
 _STEP_DIR = re.compile(r"step_(\d+)(\.old)?$")
@@ -39,23 +43,25 @@ class CheckpointError(RuntimeError):
     """No intact checkpoint to load (the message lists each one and why it was refused)."""
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    state: dict[str, Any], keep: int = 2, extras: Extra | None = None) -> Path:
-    """Write checkpoint ``step`` atomically and point ``latest`` at it; keep the newest ``keep``; an
-    ``optimizer`` of None (DeepSpeed ZeRO shards it) writes an empty optimizer file, which resume refuses.
-    ``extras`` (e.g. ``{"critic": (value_model, its optimizer)}``) go into the same folder."""
+def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: OptimState | None,
+                    state: dict[str, Any], keep: int = 2, extras: dict[str, tuple[Weights, OptimState]] | None = None
+                    ) -> Path:
+    """Write checkpoint ``step`` atomically and point ``latest`` at it; keep the newest ``keep``.
+    ``extras`` (e.g. ``{"critic": (value_model, its optimizer)}``) go into the same folder. Each model
+    or optimizer may instead be its full state dict, gathered beforehand (sharded runs); an ``optimizer``
+    of None (DeepSpeed ZeRO shards it) writes an empty optimizer file, which resume refuses."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
     try:
-        weights = {k: v.detach().contiguous().clone() for k, v in policy_state_dict(model).items()}
-        save_file(_untie(weights), str(tmp / "model.safetensors"))
+        weights = model if isinstance(model, dict) else policy_state_dict(model)
+        save_file(_untie(_detached(weights)), str(tmp / "model.safetensors"))
         opt_tensors, opt_meta = _flatten_optimizer(optimizer) if optimizer is not None else ({}, None)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         extra_meta = {}
         for name, (module, opt) in (extras or {}).items():
-            save_file(_untie({k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}),
+            save_file(_untie(_detached(module if isinstance(module, dict) else module.state_dict())),
                       str(tmp / f"{name}.safetensors"))
             tensors, extra_meta[name] = _flatten_optimizer(opt)
             save_file(tensors, str(tmp / f"{name}_optimizer.safetensors"))
@@ -85,19 +91,20 @@ def _move_into_place(tmp: Path, final: Path) -> None:
         shutil.rmtree(aside)
 
 
-def save_weights(folder: str | Path, model: torch.nn.Module) -> Path:
-    """Write ``folder/model.safetensors`` atomically (e.g. a run's frozen reference policy)."""
+def save_weights(folder: str | Path, model: Weights) -> Path:
+    """Write ``folder/model.safetensors`` atomically (e.g. a run's frozen reference policy; ``model``
+    may be its full state dict, gathered beforehand)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "model.safetensors.tmp"
-    weights = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(_untie(weights), str(tmp))
+    save_file(_untie(_detached(model if isinstance(model, dict) else model.state_dict())), str(tmp))
     os.replace(tmp, folder / "model.safetensors")
     return folder
 
 
-def load_weights(folder: str | Path, model: torch.nn.Module) -> None:
-    _load_model(Path(folder), model)
+def load_weights(folder: str | Path, model: torch.nn.Module, sharding: Any = None) -> None:
+    """Load ``folder/model.safetensors`` into ``model`` (through ``sharding``'s loader when sharded)."""
+    _load_model(Path(folder), model, sharding=sharding)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -188,28 +195,29 @@ def _step_of(path: Path) -> int:
 
 
 def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    extras: Extra | None = None, verify: bool = True) -> dict:
+                    extras: Extra | None = None, verify: bool = True, sharding: Any = None) -> dict:
     """Restore weights (and optimizer state, and every extra module with its optimizer) in place;
     return the JSON state. ``verify`` first checks the manifest (skip it only for a folder that
-    ``latest_checkpoint`` has just verified)."""
+    ``latest_checkpoint`` has just verified). ``sharding`` (``rlvr.train.sharding.Sharding``) loads the
+    full tensors into sharded parameters and optimizer state; every rank calls it then."""
     path = Path(path)
     problem = verify_checkpoint(path) if verify else None
     if problem:
         raise CheckpointError(f"checkpoint {path}: {problem}")
-    _load_model(path, model)
+    _load_model(path, model, sharding=sharding)
     state = json.loads((path / "state.json").read_text())
     if optimizer is not None and state["optimizer"] is None:
         raise CheckpointError(f"checkpoint {path} holds no optimizer state (written under DeepSpeed ZeRO); it "
                               f"cannot be resumed exactly: start a new run from its weights")
     if optimizer is not None:
-        _restore_optimizer(optimizer, _tensors(path / "optimizer.safetensors"), state["optimizer"])
+        _restore_optimizer(optimizer, _tensors(path / "optimizer.safetensors"), state["optimizer"], model, sharding)
     for name, (module, opt) in (extras or {}).items():
         if not (path / f"{name}.safetensors").exists():
             raise RuntimeError(f"checkpoint {path} has no '{name}' weights ({name}.safetensors); was it "
                                f"written by a run without one?")
-        _load_model(path, module, f"{name}.safetensors")
+        _load_model(path, module, f"{name}.safetensors", sharding)
         _restore_optimizer(opt, _tensors(path / f"{name}_optimizer.safetensors"),
-                           state["extra_optimizers"][name])
+                           state["extra_optimizers"][name], module, sharding)
     return state
 
 
@@ -220,12 +228,15 @@ def policy_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return trainable_state_dict(model) if is_lora(model) else model.state_dict()
 
 
-def _load_model(path: Path, model: torch.nn.Module, filename: str = "model.safetensors") -> None:
+def _load_model(path: Path, model: torch.nn.Module, filename: str = "model.safetensors", sharding: Any = None) -> None:
     weights = _tensors(path / filename)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if sharding is None:
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    else:
+        missing, unexpected = sharding.load_model_state(model, weights)
     state = policy_state_dict(model)
-    loaded_ptrs = {state[k].data_ptr() for k in weights if k in state}
-    shared = {k for k, v in state.items() if v.data_ptr() in loaded_ptrs}  # tied to a loaded tensor
+    loaded_ptrs = {_ptr(state[k]) for k in weights if k in state}
+    shared = {k for k, v in state.items() if _ptr(v) in loaded_ptrs}  # tied to a loaded tensor
     if unexpected or (set(missing) & set(state)) - shared:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
 
@@ -241,6 +252,15 @@ def _tensors(file: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"checkpoint file {file} is unreadable ({err})") from None
 
 
+def _ptr(tensor: torch.Tensor) -> int:
+    """Storage address (of the local shard for a sharded DTensor parameter)."""
+    return getattr(tensor, "_local_tensor", tensor).data_ptr()
+
+
+def _detached(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().contiguous().clone() for k, v in weights.items()}
+
+
 def _untie(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """safetensors refuses shared storage; tied embeddings are stored once, re-tied on load."""
     seen: dict[int, str] = {}
@@ -254,8 +274,8 @@ def _untie(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    sd = optimizer.state_dict()
+def _flatten_optimizer(optimizer: OptimState) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
     tensors, scalars = {}, {}
     for pid, pstate in sd["state"].items():
         for name, value in pstate.items():
@@ -266,12 +286,17 @@ def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict,
+                       module: torch.nn.Module | None = None, sharding: Any = None) -> None:
     state: dict[int, dict[str, Any]] = {}
     for key, value in list(tensors.items()) + list(meta["scalars"].items()):
         pid, name = key.split(".", 1)
         state.setdefault(int(pid), {})[name] = value
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    full = {"state": state, "param_groups": meta["param_groups"]}
+    if sharding is None:
+        optimizer.load_state_dict(full)
+    else:
+        sharding.load_optimizer_state(module, optimizer, full)
 
 
 def _write_json(path: Path, data: Any) -> None:

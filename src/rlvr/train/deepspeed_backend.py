@@ -1,45 +1,34 @@
-"""DeepSpeed ZeRO-2/3 through accelerate (``accelerate launch --config_file configs/accelerate/zero3.yaml``).
+"""DeepSpeed ZeRO-2/3 through accelerate (``accelerate launch --config_file configs/accelerate/zero3.yaml``):
+the ``rlvr.train.sharding`` backend for ``DistributedType.DEEPSPEED``, and what rlvr's update loop needs
+from DeepSpeed.
 
-What rlvr's loop needs from DeepSpeed, kept out of the trainer:
-
-- ``make_accelerator``: on a machine without GPUs accelerate only goes multi-process with ``cpu=True``,
-  which also switches DeepSpeed off; under DeepSpeed it is built with ``cpu=False`` and the gloo backend
-  (DeepSpeed's CPU accelerator), so ZeRO runs on CPU processes too.
+- ``rlvr.train.sharding.make_accelerator`` builds the accelerator with ``cpu=False`` and the gloo backend
+  on a machine without GPUs (``cpu=True`` would switch DeepSpeed off), so ZeRO runs on CPU processes.
 - ``configure``: the DeepSpeed config rlvr's loop implies, set before ``prepare`` (there is no
   dataloader): ``train_micro_batch_size_per_gpu`` from ``optim.micro_batch_size``, one accumulation
   step in DeepSpeed's own count (rlvr marks the boundary itself, below), ``gradient_clipping`` from
-  ``optim.grad_clip``, and ZeRO-3 weights gathered for saving.
+  ``optim.grad_clip``.
 - ``backward`` / ``step``: rlvr's micro-batch losses are already each micro-batch's share of the
   mini-batch's global loss, so they are back-propagated unscaled (``scale_wrt_gas=False``) with the
-  accumulation boundary on the last micro-batch only; ``step`` is DeepSpeed's (clip, optimizer step,
-  zero grad) and returns its global gradient norm (before clipping).
-- ``gathered``: under ZeRO-3 the parameters are gathered, and DeepSpeed's fetch/release hooks taken
-  off, for the length of the block (generation, no-grad scoring, saving, evaluation): every rank may
-  run a different number of forwards inside it. A no-op under ZeRO-2 (parameters are not sharded).
+  accumulation boundary on the last micro-batch only (accelerate's own ``backward`` would step
+  DeepSpeed's engine after every micro-batch); ``step`` is DeepSpeed's (clip, optimizer step, zero
+  grad; it skips an update whose gradient norm is not finite) and returns its global gradient norm.
+- ``DeepSpeedSharding``: ZeRO-2 keeps whole parameters on every rank (nothing to line up); ZeRO-3
+  shards them, so each forward is a collective and rlvr runs in lock-step as under FSDP2
+  (``sharded = True``); full weights are gathered for checkpoints. ZeRO's optimizer state stays
+  sharded: checkpoints hold none, and resume under DeepSpeed is refused.
 """
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, InitProcessGroupKwargs
+from accelerate.utils import DistributedType
 
-
-def requested() -> bool:
-    """True when ``accelerate launch`` was given a DeepSpeed config (it sets ACCELERATE_USE_DEEPSPEED)."""
-    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
-
-
-def make_accelerator() -> Accelerator:
-    """The run's accelerator: DDP (gloo on CPU) by default, DeepSpeed when the launch asked for it."""
-    if not requested():
-        return Accelerator(cpu=not torch.cuda.is_available())
-    handlers = [] if torch.cuda.is_available() else [InitProcessGroupKwargs(backend="gloo")]
-    return Accelerator(kwargs_handlers=handlers)
+from rlvr.train.config import ConfigError
+from rlvr.train.sharding import _BACKENDS, Sharding
 
 
 def active(acc: Accelerator) -> bool:
@@ -53,7 +42,6 @@ def zero_stage(acc: Accelerator) -> int:
 
 def check_supported(acc: Accelerator, cfg: Any) -> None:
     """One-line errors for what this DeepSpeed path does not cover, before any work."""
-    from rlvr.train.config import ConfigError
     if not active(acc):
         return
     if cfg.critic.enabled:
@@ -72,7 +60,6 @@ def configure(acc: Accelerator, cfg: Any) -> None:
     ds["gradient_accumulation_steps"] = 1  # rlvr sets the boundary on each mini-batch's last micro-batch
     ds["train_batch_size"] = micro * acc.num_processes
     ds["gradient_clipping"] = float(cfg.optim.grad_clip)  # 0: no clipping, as in rlvr
-    ds.setdefault("zero_optimization", {})["stage3_gather_16bit_weights_on_model_save"] = True
     acc.gradient_accumulation_steps = 1
 
 
@@ -89,33 +76,39 @@ def step(engine: Any) -> float:
     return float(norm) if norm is not None else 0.0
 
 
-@contextmanager
-def _zero3_gathered(engine: Any) -> Iterator[None]:
-    """All parameters gathered, and every ZeRO-3 hook off for the block: the per-module fetch/release
-    hooks (they would re-partition the weights after each forward) and the root module's
-    start-of-forward hook, whose step check is a collective (a forward on one rank alone would wait for
-    the others forever: evaluation on rank 0, or ranks decoding different numbers of tokens)."""
-    from deepspeed.runtime.zero.partition_parameters import GatheredParameters
-    offload = engine.optimizer.parameter_offload
-    root_hooks = offload.module._forward_pre_hooks  # (torch keeps a module's pre-hooks by handle id)
-    with GatheredParameters(list(engine.module.parameters())):
-        for handle in offload.forward_hooks + offload.backward_hooks:
-            handle.remove()
-        offload.forward_hooks, offload.backward_hooks = [], []
-        start_of_forward = root_hooks.pop(offload.fwd_pre_hook.id)
-        try:
-            yield
-        finally:
-            root_hooks[offload.fwd_pre_hook.id] = start_of_forward
-            offload._register_deepspeed_module(offload.module)
+class DeepSpeedSharding(Sharding):
+    """DeepSpeed ZeRO-2 (gradients and AdamW state sharded) or ZeRO-3 (parameters too)."""
+
+    def __init__(self, acc: Accelerator) -> None:
+        super().__init__(acc)
+        self.stage = zero_stage(acc)
+        self.sharded = self.stage == 3
+
+    @property
+    def name(self) -> str:
+        return f"zero{self.stage}"
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+        raise NotImplementedError("under DeepSpeed the engine clips (gradient_clipping) in deepspeed_backend.step")
+
+    def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
+        """Full weights on every rank (ZeRO-3: gathered, every rank calls)."""
+        if not self.sharded:
+            return super().model_state(module, names)
+        from deepspeed.runtime.zero.partition_parameters import GatheredParameters
+        with GatheredParameters(list(module.parameters())):
+            state = {k: v.detach().clone() for k, v in module.state_dict().items() if names is None or k in names}
+        return state
+
+    def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        return None  # ZeRO's partitions; the checkpoint holds no optimizer state (resume is refused)
+
+    def load_model_state(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> tuple[list, list]:
+        raise ConfigError("loading weights into a DeepSpeed engine is not supported (resume under DeepSpeed)")
+
+    def load_optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                             state: dict[str, Any]) -> None:
+        raise ConfigError("loading optimizer state into DeepSpeed is not supported (resume under DeepSpeed)")
 
 
-def gathered(acc: Accelerator, model: Any) -> Any:
-    """A context in which the policy's parameters are whole on every rank (a collective: every rank
-    enters it); nothing to do outside ZeRO-3."""
-    return _zero3_gathered(model) if zero_stage(acc) == 3 else nullcontext()
-
-
-def whole_parameters(trainer: Any) -> Any:
-    """``trainer.gathered()`` where the trainer has one (optimizer plug-ins' loops do not)."""
-    return trainer.gathered() if hasattr(trainer, "gathered") else nullcontext()
+_BACKENDS[DistributedType.DEEPSPEED] = DeepSpeedSharding

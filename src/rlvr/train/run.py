@@ -11,8 +11,8 @@ import torch
 from rlvr.tasks.pool import active, uses_pool, verifier_pool
 from rlvr.train.build import build_model, build_task
 from rlvr.train.config import Config
-from rlvr.train.deepspeed_backend import whole_parameters
 from rlvr.train.run_dir import claim_run_dir
+from rlvr.train.sharding import evaluates_here, lockstep_of
 from rlvr.train.trainer import Trainer, write_summary
 from rlvr.train.validate import validate_run
 
@@ -120,19 +120,22 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)
     before = None
-    with whole_parameters(trainer):  # evaluation on rank 0 alone: whole parameters (ZeRO-3)
-        if not resume and trainer.acc.is_main_process:
+    here = evaluates_here(trainer)  # the main process; every rank when parameters are sharded
+    if not resume and here:
+        with lockstep_of(trainer):
             before = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
     result = trainer.train(resume=resume, eval_fn=eval_fn)
     summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir),
                                "processes": trainer.acc.num_processes}
-    with whole_parameters(trainer):
-        if not trainer.acc.is_main_process:
-            return {}
+    if here:
+        with lockstep_of(trainer):
+            after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
+    if not trainer.acc.is_main_process:
+        return {}
+    if trainer.acc.is_main_process:
         from rlvr.models.export import export_policy
         policy = trainer.export_model() if hasattr(trainer, "export_model") else trainer.policy  # e.g. TinyLoRA folded
         summary["final"] = str(export_policy(policy, trainer.tokenizer, Path(cfg.run.out_dir) / "final"))
-        after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
         if hasattr(trainer, "callbacks"):
             trainer.callbacks.evaluate(trainer, trainer.step, after)
         summary.update(_before_after(before, after))

@@ -4,7 +4,8 @@ select → rollout → verify → shape → refine → advantage → loss → up
 
 Runs in one process or data-parallel under ``torchrun`` / ``accelerate launch`` (each rank
 generates for its share of prompts; losses use global normalisers so the gradient equals the
-single-process gradient of the same global batch).
+single-process gradient of the same global batch), replicated (DDP) or sharded (FSDP2): the
+backend's hooks (clipping, lock-step forwards, full state dicts) are ``rlvr.train.sharding``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
-from rlvr.models.lora import add_lora, is_lora, reference_of
+from rlvr.models.lora import add_lora, base_state_dict, is_lora, reference_of
 from rlvr.rewards.functions import objective_weights
 from rlvr.tasks.pool import uses_pool, verifier_pool
 from rlvr.train import deepspeed_backend as ds
@@ -38,6 +39,7 @@ from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_i
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.train.movement import Movement
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
+from rlvr.train.sharding import Sharding, make_accelerator
 from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.train.update import UpdatePhase
 from rlvr.train.validate import context_length, fit_prompts
@@ -53,7 +55,9 @@ class Trainer(UpdatePhase):
         self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
-        self.acc = accelerator or ds.make_accelerator()  # DDP (gloo on CPU), or DeepSpeed when launched so
+        # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.
+        self.acc = accelerator or make_accelerator()
+        self.sharding = Sharding(self.acc)  # one process, DDP, FSDP2 or DeepSpeed: what differs lives there
         ds.check_supported(self.acc, cfg)
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
@@ -75,8 +79,8 @@ class Trainer(UpdatePhase):
             ds.configure(self.acc, cfg)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.scaler = grad_scaler(cfg, self.acc.device)  # fp16 mixed precision only
-        if self.ref_model is not None:  # prepare() moved the policy; the frozen copy follows it
-            self.ref_model.to(self.acc.device)
+        if self.ref_model is not None and not is_lora(model):  # the frozen copy follows the policy
+            self.ref_model = self.sharding.prepare_frozen(self.ref_model)  # (sharded like it)
         self.timer = PhaseTimer()
         self.collector = Collector(
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
@@ -96,13 +100,13 @@ class Trainer(UpdatePhase):
         """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``), verifying
         in a pool of ``rollout.verify_workers`` processes that ends with the run, errors included."""
         needed = uses_pool(self.parts["task"], self.parts["reward_functions"])
-        with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed):
+        with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed), self.sharding.lockstep():
             return self._train(resume, eval_fn)
 
     def _train(self, resume: bool, eval_fn: Any) -> dict[str, Any]:
         if resume:
             self._resume()
-        elif self.acc.is_main_process:
+        else:
             self._write_run_files()
         run = self.cfg.run
         logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step,
@@ -142,7 +146,7 @@ class Trainer(UpdatePhase):
         """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""
         model = self.policy
         model.eval()
-        with torch.no_grad(), autocast(self.cfg, self.acc.device), self.gathered():
+        with torch.no_grad(), autocast(self.cfg, self.acc.device):
             batch, metrics = self.collector.collect(model, self.step)
         selector = self.parts["selector"]
         with self.timer("observe"):  # the global batch, so every rank's selector sees the same rows
@@ -245,28 +249,33 @@ class Trainer(UpdatePhase):
         """The unwrapped policy (no DDP wrapper), for generation and evaluation."""
         return self.acc.unwrap_model(self.model)
 
-    def gathered(self) -> Any:
-        """A context with the policy's parameters whole on every rank (ZeRO-3; a collective: every rank
-        enters it), for generation, no-grad scoring, saving and evaluation; a no-op otherwise."""
-        return ds.gathered(self.acc, self.model)
+    def export_model(self) -> torch.nn.Module:
+        """The policy to write as ``RUN/final`` (main process): itself, or when sharded, the one-process
+        policy rebuilt from the last checkpoint (``train`` ends with one), as ``rlvr export`` does."""
+        if not self.sharding.sharded:
+            return self.policy
+        from rlvr.models.export import load_run_policy
+        return load_run_policy(self.run_dir)[0]
 
     def save(self) -> None:
         self.acc.wait_for_everyone()
-        with self.gathered():
-            self._save_on_main()
-        self._saved_step = self.step
-        self.acc.wait_for_everyone()
-
-    def _save_on_main(self) -> None:
-        """Rank 0 writes the checkpoint; under DeepSpeed the weights only (ZeRO shards the optimizer)."""
+        # Every rank joins the gathers of a sharded model; the main process writes (full tensors).
+        weights, optim = self._full_state(self.policy, self.optimizer)
+        extras = {name: self._full_state(module, opt)
+                  for name, (module, opt) in (self.critic.checkpoint_parts() if self.critic else {}).items()}
         if self.acc.is_main_process:
             state = {"scheduler": self.scheduler.state_dict(),  # plain numbers (lr_lambdas: [None])
                      "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
                      "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
-            extras = None if self.critic is None else self.critic.checkpoint_parts()
-            optimizer = None if ds.active(self.acc) else self.optimizer
-            path = save_checkpoint(self.run_dir, self.step, self.policy, optimizer, state, extras=extras)
+            path = save_checkpoint(self.run_dir, self.step, weights, optim, state, extras=extras or None)
             self.callbacks.save(self, self.step, path)
+        self._saved_step = self.step
+        self.acc.wait_for_everyone()
+
+    def _full_state(self, module: torch.nn.Module, optimizer: Any) -> tuple[dict, dict]:
+        """Full (unsharded) weights — a LoRA policy's adapter only — and optimizer state, as one process saves them."""
+        names = {n for n, p in module.named_parameters() if p.requires_grad} if is_lora(module) else None
+        return self.sharding.model_state(module, names), self.sharding.optimizer_state(module, optimizer)
 
     def _resume(self) -> None:
         if ds.active(self.acc):
@@ -276,7 +285,8 @@ class Trainer(UpdatePhase):
         if path is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
         state = load_checkpoint(path, self.policy, self.optimizer, verify=False,  # latest_checkpoint verified it
-                                extras=None if self.critic is None else self.critic.checkpoint_parts())
+                                extras=None if self.critic is None else self.critic.checkpoint_parts(),
+                                sharding=self.sharding)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = self._saved_step = int(state["step"])
         self.rollouts_spent = int(state.get("rollouts_spent", 0))
@@ -285,7 +295,9 @@ class Trainer(UpdatePhase):
             if key in state.get("plugins", {}):
                 plugin.load_state_dict(state["plugins"][key])
         if self._ref_on_disk:
-            load_weights(self.run_dir / "reference", self.ref_model)
+            # A LoRA reference is the policy's own base: its tensors load under the policy's names.
+            load_weights(self.run_dir / "reference", self.policy if is_lora(self.policy) else self.ref_model,
+                         sharding=self.sharding)
 
     def _stateful_plugins(self) -> dict[str, Any]:
         """Plug-ins that keep state across steps (they define state_dict / load_state_dict)."""
@@ -295,10 +307,19 @@ class Trainer(UpdatePhase):
         return {k: p for k, p in named.items() if hasattr(p, "state_dict") and hasattr(p, "load_state_dict")}
 
     def _write_run_files(self) -> None:
+        """config.yaml, and the frozen reference when resume cannot rebuild it (every rank calls: a
+        sharded reference is gathered; the main process writes)."""
+        reference = None
+        if self._ref_on_disk:  # a LoRA reference: the policy's frozen base, under the policy's names
+            lora = is_lora(self.policy)
+            reference = self.sharding.model_state(self.policy, set(base_state_dict(self.policy))) if lora \
+                else self.sharding.model_state(self.ref_model)
+        if not self.acc.is_main_process:
+            return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False))
-        if self._ref_on_disk:  # resume needs the exact reference, not a rebuilt one
-            save_weights(self.run_dir / "reference", self.ref_model)
+        if reference is not None:  # resume needs the exact reference, not a rebuilt one
+            save_weights(self.run_dir / "reference", reference)
 
     def _reference(self, model: torch.nn.Module, base_from_path: bool) -> tuple[torch.nn.Module | None, bool]:
         """The frozen reference (KL term, reference samplers) and whether the run folder keeps its weights.

@@ -21,6 +21,7 @@ from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rollout import sequence_logprobs
 from rlvr.train import deepspeed_backend as ds
+from rlvr.rollout.lockstep import forward_count
 from rlvr.train.config import ConfigError
 from rlvr.train.precision import autocast
 from rlvr.types import LossInputs, Rollouts
@@ -74,10 +75,15 @@ class UpdatePhase:
         """Gradient accumulation over the micro-batches of ``rows``, then one optimizer step."""
         norm = self._global_normalisers(batch.completion_mask[rows])
         mbs = micro_batches(rows.numel(), self.cfg.optim.micro_batch_size)
+        passes = forward_count(len(mbs))  # sharded: as many forward/backward passes as any rank runs
         sums: dict[str, float] = {}
-        for i, idx in enumerate(mbs):
-            sync = i == len(mbs) - 1
+        for i in range(passes):
+            sync = i == passes - 1
             with (nullcontext() if sync else self.acc.no_sync(self.model)):
+                if i >= len(mbs):
+                    self._idle_micro_step(batch, rows[:1], sync)
+                    continue
+                idx = mbs[i]
                 step_metrics = self._micro_step(batch, rows[idx], fill_old, norm, idx.numel() / rows.numel(), sync)
             for key, value in step_metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
@@ -102,10 +108,7 @@ class UpdatePhase:
         with self.timer("loss"):
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):
-            if ds.active(self.acc):  # unscaled shares, the boundary on the last micro-batch
-                ds.backward(self.model, loss, last)
-            else:
-                self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
+            self._backward(loss, last)
         # Loss terms are already this micro-batch's share of the mini-batch's global value (they add
         # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share.
         out = {}
@@ -117,6 +120,18 @@ class UpdatePhase:
         moved = kl_estimate(old, logp.detach(), "k3", clamp=None)
         out["loss/behaviour_kl"] = masked_mean(moved, inputs.mask).item() * share
         return out
+
+    def _idle_micro_step(self, batch: Rollouts, rows: torch.Tensor, last: bool) -> None:
+        """A forward and backward that add nothing to the gradients (loss × 0), so a sharded rank with
+        fewer micro-batches than another keeps its collectives in line with theirs."""
+        logp, _ = self._logprobs(self.model, batch, rows=rows)
+        self._backward(logp.sum() * 0.0, last)
+
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        if ds.active(self.acc):  # unscaled shares, the boundary on the last micro-batch
+            ds.backward(self.model, loss, last)
+        else:
+            self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
 
     def _reweight(self, batch: Rollouts, rows: torch.Tensor, logp: torch.Tensor,
                   ent: torch.Tensor | None) -> torch.Tensor:
@@ -158,8 +173,8 @@ class UpdatePhase:
         clip = self.cfg.optim.grad_clip
         if self.scaler is not None:  # fp16: true gradients before clipping
             self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        total = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        # Through the accelerator (a DTensor-aware global norm under FSDP2): the same on every rank.
+        total = self.sharding.clip_grad_norm(self.model, clip if clip > 0 else float("inf"))
         if not torch.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:  # an fp16 overflow: skip this step with a smaller scale
@@ -190,9 +205,11 @@ class UpdatePhase:
         policy = self.policy if model is None else model
         training = policy.training
         policy.eval()
-        with torch.no_grad(), self.gathered():  # whole parameters under ZeRO-3
-            parts = [self._logprobs(policy, batch, rows=rows, entropy=entropy)
-                     for rows in micro_batches(batch.num_rows, self.cfg.rollout.micro_batch_size)]
+        chunks = micro_batches(batch.num_rows, self.cfg.rollout.micro_batch_size)
+        with torch.no_grad():
+            parts = [self._logprobs(policy, batch, rows=rows, entropy=entropy) for rows in chunks]
+            for _ in range(forward_count(len(chunks)) - len(chunks)):  # sharded: as many forwards as any rank
+                self._logprobs(policy, batch, rows=chunks[0][:1])
         policy.train(training)
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]) if entropy else None
 

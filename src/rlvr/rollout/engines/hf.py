@@ -8,6 +8,7 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from rlvr.registry import register
 from rlvr.rollout.engines.base import DecodeRequest, Engine
+from rlvr.rollout.lockstep import active as lockstep_active
 
 
 @register("engine", "hf")
@@ -45,7 +46,9 @@ def decode_hf(model: PreTrainedModel, r: DecodeRequest) -> tuple[Tensor, Tensor]
     with torch.random.fork_rng(devices=[] if prompt_ids.device.type == "cpu" else [prompt_ids.device]):
         if seed is not None:
             torch.manual_seed(seed)
-        out = model.generate(input_ids=prompt_ids, attention_mask=r.prompt_mask.long(), generation_config=config)
+        synced = {"synced_gpus": True} if lockstep_active() else {}  # sharded: every rank steps until all are done
+        out = model.generate(input_ids=prompt_ids, attention_mask=r.prompt_mask.long(), generation_config=config,
+                             **synced)
     tokens = out.sequences[:, prompt_ids.shape[1]:]  # (N, T)
     if r.capture is not None:  # generate keeps every row: one output-layer call per generated token
         for t, h in enumerate(r.capture.calls[:tokens.shape[1]]):

@@ -8,6 +8,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from rlvr.registry import register
 from rlvr.rollout.engines.base import DecodeRequest, Engine, cache_kwargs
+from rlvr.rollout.lockstep import any_running
 from rlvr.rollout.sampling import seen_tokens
 
 
@@ -37,7 +38,11 @@ class LoopEngine(Engine):
 
 def decode_loop(model: PreTrainedModel, r: DecodeRequest) -> tuple[Tensor, Tensor]:
     """Decode with a DynamicCache; rows that have finished are dropped from the batch (and their
-    cache) once they are a quarter of it, so short completions stop costing compute."""
+    cache) once they are a quarter of it, so short completions stop costing compute.
+
+    Under lock-step (sharded parameters, ``rlvr.rollout.lockstep``) the loop goes on until every
+    rank is done: a rank whose rows have all finished keeps one finished row and runs its forward
+    (output unused) so every rank runs the same forwards. Elsewhere the loop is unchanged."""
     prompt_ids, sampler, capture = r.prompt_ids, r.sampler, r.capture
     n, dev = prompt_ids.shape[0], prompt_ids.device
     tokens = torch.full((n, r.max_new_tokens), r.pad_id, dtype=torch.long, device=dev)  # (N, T)
@@ -52,21 +57,24 @@ def decode_loop(model: PreTrainedModel, r: DecodeRequest) -> tuple[Tensor, Tenso
     seen = seen_tokens(prompt_ids, r.prompt_mask, logits.shape[-1]) if sampler.penalised else None  # (N, V)
     next_pos = pos[:, -1:] + 1  # (B, 1)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)  # (B,)
-    steps = 0
+    steps, idle = 0, False  # idle: this rank is done but another still decodes (lock-step only)
     for t in range(r.max_new_tokens):
-        token, lp = sampler(logits, None if seen is None else seen[rows])  # (B,), (B,)
-        tokens[rows, t], logprobs[rows, t] = token, lp  # tokens after a row's eos are masked later
-        if seen is not None:
-            seen[rows, token] = True
-        if capture is not None:
-            capture.store(rows, t)
-        steps = t + 1
-        finished = finished | torch.isin(token, r.eos_ids)
+        if not idle:
+            token, lp = sampler(logits, None if seen is None else seen[rows])  # (B,), (B,)
+            tokens[rows, t], logprobs[rows, t] = token, lp  # tokens after a row's eos are masked later
+            if seen is not None:
+                seen[rows, token] = True
+            if capture is not None:
+                capture.store(rows, t)
+            steps = t + 1
+            finished = finished | torch.isin(token, r.eos_ids)
         n_done = int(finished.sum())
-        if steps == r.max_new_tokens or n_done == rows.numel():
+        done = steps == r.max_new_tokens or n_done == rows.numel()
+        if not any_running(not done):  # without lock-step: stop when this batch is done
             break
+        idle = done
         if 4 * n_done >= rows.numel():
-            keep = (~finished).nonzero().squeeze(-1)
+            keep = (~finished).nonzero().squeeze(-1) if not idle else torch.zeros(1, dtype=torch.long, device=dev)
             cache.batch_select_indices(keep)
             rows, attn, next_pos, token, finished = rows[keep], attn[keep], next_pos[keep], token[keep], finished[keep]
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)

@@ -1,0 +1,212 @@
+"""The data-parallel backend behind one small interface: what the trainer asks of one process, DDP
+and FSDP2 (DESIGN.md §6, "scale-out uses existing engines": ``accelerate`` does the wrapping).
+
+``make_accelerator()`` builds the run's ``Accelerator`` (attaching accelerate's FSDP plug-in on CPU,
+where accelerate 1.15 leaves it off); ``Sharding(acc)`` then answers, for any backend:
+
+- ``name`` — ``single``, ``ddp`` or ``fsdp2``; ``sharded`` — parameters live in shards, so every
+  forward is a collective and ranks must run the same forwards (``rlvr.rollout.lockstep``);
+- ``lockstep()`` — a context for generation, evaluation, scoring and update passes: lock-step when
+  sharded, nothing otherwise (FSDP2 runs the sharded module itself; no full copy is gathered);
+- ``any_rank(flag)`` / ``max_over_ranks(n)`` — the two all-reduces lock-step needs;
+- ``clip_grad_norm(model, max_norm)`` — through ``accelerator.clip_grad_norm_`` (DTensor-aware), a
+  plain scalar tensor on every rank, for the clip and the NaN guard;
+- ``prepare_frozen(module)`` — the frozen reference (or any no-grad model) sharded like the policy;
+- ``model_state(module, names)`` / ``optimizer_state(module, optimizer)`` — full, unsharded state
+  dicts in the one-process format (every rank calls; the main process gets the tensors, the others
+  may get empty dicts), so checkpoints and exports do not depend on the backend;
+- ``load_model_state(module, weights)`` / ``load_optimizer_state(module, optimizer, state)`` — the
+  reverse: full one-process state (read by every rank) into the local shards.
+
+A new backend (DeepSpeed ZeRO) subclasses ``Sharding`` and is picked in ``Sharding.__new__``'s
+``_BACKENDS`` table by ``accelerator.distributed_type``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, InitProcessGroupKwargs
+
+from rlvr.rollout.lockstep import lockstep
+from rlvr.train.config import ConfigError
+
+
+def make_accelerator() -> Accelerator:
+    """The run's accelerator (DeepSpeed: ``rlvr.train.deepspeed_backend``). ``accelerate launch`` with an FSDP config sets ``ACCELERATE_USE_FSDP``,
+    but accelerate 1.15 attaches the FSDP plug-in only for GPU-like devices; on CPU (gloo) it would
+    silently fall back to DDP, so the plug-in (read from the same ``FSDP_*`` variables) is attached here."""
+    cpu = not torch.cuda.is_available()
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        # cpu=True would switch DeepSpeed off; without GPUs it runs on gloo (DeepSpeed's CPU accelerator)
+        return Accelerator(kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")] if cpu else [])
+    acc = Accelerator(cpu=cpu)
+    wants_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if wants_fsdp and acc.distributed_type == DistributedType.MULTI_CPU:
+        from accelerate.state import PartialState
+        from accelerate.utils import FullyShardedDataParallelPlugin
+        plugin = FullyShardedDataParallelPlugin()  # FSDP_* environment variables from the config file
+        if plugin.fsdp_version != 2:
+            raise ConfigError("FSDP on CPU needs fsdp_version: 2 in the accelerate config "
+                              "(see configs/accelerate/fsdp2_cpu.yaml)")
+        # Both shared states: a later AcceleratorState() copies PartialState's type over its own.
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        acc.state.distributed_type = DistributedType.FSDP
+        acc.state.fsdp_plugin = plugin
+    return acc
+
+
+class Sharding:
+    """One process or DDP: parameters are whole on every rank; nothing to gather or line up."""
+
+    sharded = False
+
+    def __new__(cls, acc: Accelerator) -> Sharding:
+        if cls is Sharding:
+            cls = _backend(acc)
+        return super().__new__(cls)
+
+    def __init__(self, acc: Accelerator) -> None:
+        self.acc = acc
+
+    @property
+    def name(self) -> str:
+        return "ddp" if self.acc.num_processes > 1 else "single"
+
+    @contextmanager
+    def lockstep(self) -> Iterator[None]:
+        """Generation, evaluation, scoring and update passes inside run in lock-step when sharded."""
+        with lockstep(self if self.sharded else None):
+            yield
+
+    def any_rank(self, flag: bool) -> bool:
+        if self.acc.num_processes == 1:
+            return flag
+        return bool(self.acc.reduce(torch.tensor([float(flag)], device=self.acc.device), "sum").item() > 0)
+
+    def max_over_ranks(self, n: int) -> int:
+        if self.acc.num_processes == 1:
+            return n
+        counts = self.acc.gather(torch.tensor([n], device=self.acc.device))
+        return int(counts.max().item())
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+        """Clip the gradients of ``model`` to ``max_norm`` (inf: measure only); the global norm."""
+        params = [p for p in model.parameters() if p.grad is not None]
+        total = self.acc.clip_grad_norm_(params, max_norm)
+        return _full(total)
+
+    def prepare_frozen(self, module: torch.nn.Module) -> torch.nn.Module:
+        """A frozen model (the reference) on the run's device; sharded backends shard it too."""
+        return module.to(self.acc.device)
+
+    def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
+        """The full state dict (only ``names`` when given), as one process saves it."""
+        state = module.state_dict()
+        return state if names is None else {k: v for k, v in state.items() if k in names}
+
+    def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_model_state(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> tuple[list, list]:
+        """Load full ``weights`` (strict=False); (missing, unexpected) keys."""
+        result = module.load_state_dict(weights, strict=False)
+        return list(result.missing_keys), list(result.unexpected_keys)
+
+    def load_optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                             state: dict[str, Any]) -> None:
+        optimizer.load_state_dict(state)
+
+
+class FSDP2Sharding(Sharding):
+    """FSDP2 (``torch.distributed.fsdp.fully_shard`` through accelerate, ``fsdp_version: 2``): each
+    transformer block and the root hold 1/world of their parameters, gradients and AdamW state."""
+
+    sharded = True
+    name = "fsdp2"  # type: ignore[assignment]
+
+    def prepare_frozen(self, module: torch.nn.Module) -> torch.nn.Module:
+        from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+        return fsdp2_prepare_model(self.acc, module.to(self.acc.device))
+
+    def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return full if names is None else {k: v for k, v in full.items() if k in names}
+
+    def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The full AdamW state keyed by parameter index (torch's own format), not by name."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+        full = get_optimizer_state_dict(module, _inner(optimizer),
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not full:  # ranks other than the main process receive nothing
+            return {}
+        order = [name for group in full["param_groups"] for name in group["params"]]
+        index = {name: i for i, name in enumerate(order)}
+        groups, start = [], 0
+        for group in full["param_groups"]:
+            groups.append({**group, "params": list(range(start, start + len(group["params"])))})
+            start += len(group["params"])
+        return {"state": {index[k]: v for k, v in full["state"].items()}, "param_groups": groups}
+
+    def load_model_state(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> tuple[list, list]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        result = set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+        return list(result.missing_keys), list(result.unexpected_keys)
+
+    def load_optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                             state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        names = _param_names(module, _inner(optimizer))  # index -> name, the optimizer's own order
+        by_name = {"state": {names[int(i)]: v for i, v in state["state"].items()},
+                   "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]}
+                                    for g in state["param_groups"]]}
+        set_optimizer_state_dict(module, _inner(optimizer), by_name,
+                                 options=StateDictOptions(full_state_dict=True))
+
+
+def evaluates_here(trainer: Any) -> bool:
+    """Whether this rank runs the evaluations: the main process, or every rank (identical problems,
+    in lock-step) when parameters are sharded, since each forward then needs every rank."""
+    sharding = getattr(trainer, "sharding", None)
+    return trainer.acc.is_main_process or bool(sharding is not None and sharding.sharded)
+
+
+def lockstep_of(trainer: Any) -> AbstractContextManager:
+    """The trainer's lock-step context (a no-op for trainers without a ``sharding``)."""
+    sharding = getattr(trainer, "sharding", None)
+    return nullcontext() if sharding is None else sharding.lockstep()
+
+
+def _backend(acc: Accelerator) -> type[Sharding]:
+    if acc.distributed_type == DistributedType.FSDP:
+        plugin = acc.state.fsdp_plugin
+        if getattr(plugin, "fsdp_version", 1) != 2:
+            raise ConfigError("FSDP1 is not supported: set fsdp_version: 2 in the accelerate config "
+                              "(configs/accelerate/fsdp2.yaml)")
+        return FSDP2Sharding
+    return _BACKENDS.get(acc.distributed_type, Sharding)
+
+
+_BACKENDS: dict[Any, type[Sharding]] = {}  # DistributedType -> backend (DeepSpeed registers here)
+
+
+def _full(value: Any) -> torch.Tensor:
+    """A plain tensor from a possibly distributed (DTensor) scalar."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+def _inner(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The torch optimizer inside accelerate's ``AcceleratedOptimizer``."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+def _param_names(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The names of the optimizer's parameters, in the order of its parameter groups."""
+    name_of = {id(p): n for n, p in module.named_parameters()}
+    return [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
