@@ -31,9 +31,9 @@ def test_zero_update_equals_single_process(tmp_path, stage, mode):
 
 
 def test_zero3_cli_run_equals_one_process(tmp_path):
-    """``accelerate launch --config_file zero3.yaml -m rlvr.cli train``: two real steps with generation on
-    gathered parameters (ranks decode different lengths), an evaluation on rank 0 alone after each step,
-    checkpoints and the exported final/ with the whole weights, all equal to one plain process's."""
+    """``accelerate launch --config_file zero3.yaml -m rlvr.cli train``: two real steps with generation in
+    lock-step on sharded parameters (ranks' completions end at different lengths), an evaluation after
+    each step, checkpoints and the exported final/ with the whole weights, all equal to one process's."""
     config = write_config(tmp_path, eval_every=1)
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                 str(ROOT / "configs/accelerate/zero3.yaml"), "--num_processes", "2",
