@@ -49,3 +49,19 @@ def test_a_checkpoint_from_gathered_state_is_the_same(tmp_path):
         left, right = load_file(str(a / name)), load_file(str(b / name))
         assert left.keys() == right.keys() and all(torch.equal(left[k], right[k]) for k in left)
     assert json.loads((a / "state.json").read_text()) == json.loads((b / "state.json").read_text())
+
+
+def test_a_registered_backend_is_chosen_by_distributed_type():
+    from accelerate.utils import DistributedType
+
+    from rlvr.train import sharding as module
+
+    class Custom(Sharding):
+        sharded = True
+
+    module.register_backend(DistributedType.NO, Custom)
+    try:
+        assert type(Sharding(Accelerator(cpu=True))) is Custom
+    finally:
+        del module._BACKENDS[DistributedType.NO]
+    assert type(Sharding(Accelerator(cpu=True))) is Sharding

@@ -59,14 +59,14 @@ def test_fsdp2_resume_equals_uninterrupted_and_exports_load(tmp_path, example):
     _run(["run_resume"], tmp_path / "cut", 2, accelerate_config=FSDP2, overrides=extra)
     a = _weights(tmp_path / "full" / "run" / "checkpoints" / "step_000002")
     b = _weights(tmp_path / "cut" / "run" / "checkpoints" / "step_000002")
-    start = _weights(Path(example["model"]))
-    assert a.keys() == b.keys()
+    start = _weights(Path(example["model"]))  # save_pretrained stores the tied lm_head once
+    assert a.keys() == b.keys() and set(start) <= set(a)
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
-    assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-6  # the run trained
+    assert max((a[k] - start[k]).abs().max().item() for k in start) > 1e-6  # the run trained
     critic_a = load_file(str(tmp_path / "full" / "run" / "checkpoints" / "step_000002" / "critic.safetensors"))
     critic_b = load_file(str(tmp_path / "cut" / "run" / "checkpoints" / "step_000002" / "critic.safetensors"))
     assert max((critic_a[k] - critic_b[k]).abs().max().item() for k in critic_a) < 1e-6
-    assert _weights(tmp_path / "cut" / "run" / "reference").keys() == start.keys()  # the gathered reference
+    assert set(start) <= set(_weights(tmp_path / "cut" / "run" / "reference"))  # the gathered reference
     # RUN/final (written after the sharded run) and `rlvr export` hold the step-2 weights and load.
     exported = Path(export_run(tmp_path / "full" / "run", tmp_path / "export")["model"])
     for folder in (tmp_path / "full" / "run" / "final", exported):

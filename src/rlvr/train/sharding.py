@@ -18,8 +18,9 @@ where accelerate 1.15 leaves it off); ``Sharding(acc)`` then answers, for any ba
 - ``load_model_state(module, weights)`` / ``load_optimizer_state(module, optimizer, state)`` — the
   reverse: full one-process state (read by every rank) into the local shards.
 
-A new backend (DeepSpeed ZeRO) subclasses ``Sharding`` and is picked in ``Sharding.__new__``'s
-``_BACKENDS`` table by ``accelerator.distributed_type``.
+A new backend (DeepSpeed ZeRO) subclasses ``Sharding``, overriding what differs, and registers it
+with ``register_backend(DistributedType.DEEPSPEED, ZeroSharding)``; ``Sharding(acc)`` then returns
+it for that ``accelerator.distributed_type``.
 """
 
 from __future__ import annotations
@@ -193,7 +194,12 @@ def _backend(acc: Accelerator) -> type[Sharding]:
     return _BACKENDS.get(acc.distributed_type, Sharding)
 
 
-_BACKENDS: dict[Any, type[Sharding]] = {}  # DistributedType -> backend (DeepSpeed registers here)
+_BACKENDS: dict[Any, type[Sharding]] = {}  # DistributedType -> backend (FSDP is handled in _backend)
+
+
+def register_backend(distributed_type: DistributedType, backend: type[Sharding]) -> None:
+    """Use ``backend`` for accelerators of ``distributed_type`` (e.g. DeepSpeed ZeRO)."""
+    _BACKENDS[distributed_type] = backend
 
 
 def _full(value: Any) -> torch.Tensor:
