@@ -28,7 +28,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType
 
 from rlvr.train.config import ConfigError
-from rlvr.train.sharding import _BACKENDS, Sharding
+from rlvr.train.sharding import Sharding, register_backend
 
 
 def active(acc: Accelerator) -> bool:
@@ -111,4 +111,4 @@ class DeepSpeedSharding(Sharding):
         raise ConfigError("loading optimizer state into DeepSpeed is not supported (resume under DeepSpeed)")
 
 
-_BACKENDS[DistributedType.DEEPSPEED] = DeepSpeedSharding
+register_backend(DistributedType.DEEPSPEED, DeepSpeedSharding)
