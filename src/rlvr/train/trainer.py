@@ -295,9 +295,7 @@ class Trainer(UpdatePhase):
             if key in state.get("plugins", {}):
                 plugin.load_state_dict(state["plugins"][key])
         if self._ref_on_disk:
-            # A LoRA reference is the policy's own base: its tensors load under the policy's names.
-            load_weights(self.run_dir / "reference", self.policy if is_lora(self.policy) else self.ref_model,
-                         sharding=self.sharding)
+            load_weights(self.run_dir / "reference", self.ref_model, sharding=self.sharding)
 
     def _stateful_plugins(self) -> dict[str, Any]:
         """Plug-ins that keep state across steps (they define state_dict / load_state_dict)."""

@@ -3,7 +3,10 @@
 * ``loop`` (default): a KV-cache decode loop over the model's forward (CPU friendly);
 * ``hf``: Hugging Face ``model.generate``;
 * ``specroll``: exact speculative decoding with future-token heads;
-* ``vllm``: vLLM colocated on the GPU (optional extra; imported only when it first generates).
+* ``vllm``: vLLM colocated on the GPU (optional extra; imported only when it first generates), one
+  engine shard per training rank with ``external_launcher`` (``vllm_colocate``);
+* ``vllm_server``: a separately started vLLM server over HTTP, with weight sync (``vllm_worker`` is
+  the server-side extension).
 
 The contract is :mod:`rlvr.rollout.engines.base` (``Engine``, ``DecodeRequest``). Adding an engine is
 one new module here (every module of this package is imported when the registry is first read) or

@@ -25,7 +25,6 @@ Nothing here imports vLLM until the engine first generates, so the rest of rlvr 
 
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +35,9 @@ from torch import Tensor
 
 from rlvr.registry import param, register
 from rlvr.rollout.engines.base import DecodeRequest, Engine, existing_engine
+from rlvr.rollout.engines.vllm_colocate import (EXTERNAL_LAUNCHER, SleepCycle, gather_rows, launcher_kwargs,
+                                                tensor_parallel_group)
+from rlvr.rollout.engines.vllm_worker import standalone
 
 SYNC_MODES = ("auto", "manual")
 
@@ -49,16 +51,26 @@ class VLLMConfig:
     gpu_memory_utilization: float = param(0.3, "share of GPU memory vLLM may take (the trainer shares the GPU)")
     dtype: str = param("auto", "vLLM weight dtype: auto | bfloat16 | float16 | float32")
     max_model_len: int = param(0, "context length vLLM reserves (0 = the model's own)")
-    tensor_parallel_size: int = param(1, "GPUs per vLLM instance")
+    tensor_parallel_size: int = param(1, "GPUs per vLLM instance (ranks per engine shard with external_launcher)")
     enforce_eager: bool = param(True, "skip CUDA-graph capture (faster start, slower decode)")
     logprobs_mode: str = param("processed_logprobs", "vLLM logprobs_mode ('' = vLLM's default, raw logits)")
     sync: str = param("auto", "weight sync: 'auto' (push before a generate call when the policy changed) | "
                               "'manual' (call rlvr.rollout.engines.vllm.sync_weights after each update)")
     seed: int = param(0, "vLLM engine seed (each request also gets its own seed)")
+    distributed_executor_backend: str = param("", "'' = vLLM's default (one engine per process) | "
+                                                  "'external_launcher' (each training rank owns an engine "
+                                                  "shard: TRL's colocate mode; see vllm_colocate.py)")
+    sleep_level: int = param(0, "release engine memory while training: 0 = off | 1 = offload weights, drop "
+                                "KV cache | 2 = drop both (weights re-pushed on wake); CUDA only")
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
             raise ValueError(f"vllm: sync must be one of {SYNC_MODES}, got '{self.sync}'")
+        if self.distributed_executor_backend not in ("", EXTERNAL_LAUNCHER):
+            raise ValueError(f"vllm: distributed_executor_backend must be '' or '{EXTERNAL_LAUNCHER}', "
+                             f"got '{self.distributed_executor_backend}'")
+        if self.sleep_level not in (0, 1, 2):
+            raise ValueError(f"vllm: sleep_level must be 0, 1 or 2, got {self.sleep_level}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0 or self.tensor_parallel_size < 1 or self.max_model_len < 0:
             raise ValueError("vllm: need 0 < gpu_memory_utilization <= 1, tensor_parallel_size >= 1, "
                              "max_model_len >= 0")
@@ -75,7 +87,9 @@ class VLLMEngine(Engine):
     Differs from loop:
       * vLLM's kernels and sampler: log-probs differ slightly from the trainer's (correct with
         the ``ppo_clip_is`` loss);
-      * paged attention and continuous batching: much faster on a GPU; no hidden states.
+      * paged attention and continuous batching: much faster on a GPU; no hidden states;
+      * under several training ranks, ``external_launcher`` shards one engine over each group of
+        ``tensor_parallel_size`` ranks; ``sleep_level`` frees its memory while training (CUDA).
 
     Shapes: prompt ids / mask (N, P) → tokens, log-probs (N, T).
     """
@@ -88,27 +102,36 @@ class VLLMEngine(Engine):
         self.llm: Any = None  # built on the first decode, from the policy it serves
         self.synced_version: tuple[int, ...] = ()
         self.syncs = 0
+        self.sleep_cycle = SleepCycle(self.config.sleep_level)
 
     def decode(self, model: torch.nn.Module, request: DecodeRequest) -> tuple[Tensor, Tensor]:
-        prompt_ids, prompt_mask, sampler = request.prompt_ids, request.prompt_mask, request.sampler
         if self.llm is None:
             self.llm = _build_llm(model, self.config)
             self.synced_version = parameter_versions(model)  # the LLM was built from these weights
-        synced = 0.0
+        synced = float(self.sleep_cycle.wake(self.llm, lambda: self.sync(model)))
         if self.config.sync == "auto" and parameter_versions(model) != self.synced_version:
             self.sync(model)
             synced = 1.0
         from vllm import SamplingParams
-        prompts = [{"prompt_token_ids": ids} for ids in unpad_prompts(prompt_ids, prompt_mask)]
-        base = sampler.fork_seed()
+        base = request.sampler.fork_seed()
+        rows = [(ids, None if base is None else base + i)  # (prompt ids, seed) per row
+                for i, ids in enumerate(unpad_prompts(request.prompt_ids, request.prompt_mask))]
+        rows, mine = gather_rows(rows, self.tp_group)  # a tensor-parallel group sends identical requests
+        kwargs = sampling_kwargs(request.sampler)
         params = [SamplingParams(n=1, max_tokens=request.max_new_tokens, logprobs=0, detokenize=False,
-                                 stop_token_ids=request.eos_ids.tolist(), seed=None if base is None else base + i,
-                                 **sampling_kwargs(sampler)) for i in range(len(prompts))]
-        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+                                 stop_token_ids=request.eos_ids.tolist(), seed=seed, **kwargs) for _, seed in rows]
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids, _ in rows], sampling_params=params,
+                                    use_tqdm=False)[mine]
+        self.sleep_cycle.sleep(self.llm)
         token_lists = [list(o.outputs[0].token_ids) for o in outputs]
         logprob_lists = [sampled_logprobs(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in outputs]
         self.last_stats = {"rollout/vllm_weight_syncs": synced}
-        return pad_completions(token_lists, logprob_lists, request.pad_id, prompt_ids.device)
+        return pad_completions(token_lists, logprob_lists, request.pad_id, request.prompt_ids.device)
+
+    @property
+    def tp_group(self) -> Any:
+        """The tensor-parallel group this rank's engine shard belongs to (external launcher), or None."""
+        return tensor_parallel_group() if self.config.distributed_executor_backend else None
 
     def sync(self, model: torch.nn.Module) -> None:
         """Copy the policy's current weights into vLLM and drop its prefix cache."""
@@ -194,19 +217,37 @@ def _build_llm(model: torch.nn.Module, config: VLLMConfig) -> Any:
                                    f"machine): {err}") from err
     path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
     if not os.path.isdir(path):
-        from rlvr.models.lora import is_lora
         path = tempfile.mkdtemp(prefix="rlvr_vllm_")
-        inner = getattr(model, "module", model)
-        (copy.deepcopy(inner).merge_and_unload() if is_lora(inner) else inner).save_pretrained(path)
+        save_checkpoint(model, path)
     kwargs: dict[str, Any] = {"model": path, "skip_tokenizer_init": True, "dtype": config.dtype,
                               "gpu_memory_utilization": config.gpu_memory_utilization,
                               "tensor_parallel_size": config.tensor_parallel_size,
-                              "enforce_eager": config.enforce_eager, "seed": config.seed}
+                              "enforce_eager": config.enforce_eager, "seed": config.seed,
+                              **launcher_kwargs(config.distributed_executor_backend, config.tensor_parallel_size,
+                                                config.seed)}
+    if config.sleep_level:
+        from vllm.platforms import current_platform
+        if not current_platform.is_sleep_mode_available():
+            raise ValueError(f"vllm: sleep_level {config.sleep_level} needs vLLM's sleep mode, which this platform "
+                             f"({current_platform.device_name}) does not offer; set sleep_level=0")
+        kwargs["enable_sleep_mode"] = True
     if config.max_model_len:
         kwargs["max_model_len"] = config.max_model_len
     if config.logprobs_mode:
         kwargs["logprobs_mode"] = config.logprobs_mode
     return LLM(**kwargs)
+
+
+def save_checkpoint(model: torch.nn.Module, path: str) -> None:
+    """The policy as a Hugging Face folder vLLM loads (a LoRA policy merged), written by every rank:
+    ``save_pretrained`` writes on rank 0 only once torch.distributed is up, and each rank's engine
+    needs its own copy (the ranks may not share a file system)."""
+    from safetensors.torch import save_file
+    inner = getattr(model, "module", model)
+    inner.config.save_pretrained(path)
+    if getattr(inner, "generation_config", None) is not None:
+        inner.generation_config.save_pretrained(path)
+    save_file(standalone(named_weights(inner)), os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
 
 
 def load_into_vllm(llm: Any, weights: Iterable[tuple[str, Tensor]]) -> None:
