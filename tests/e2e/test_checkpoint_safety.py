@@ -184,3 +184,15 @@ def test_load_refuses_a_corrupt_checkpoint_naming_the_file(tmp_path, uninterrupt
     _truncate(path / "model.safetensors")
     with pytest.raises(CheckpointError, match="model.safetensors has .* bytes, the manifest says"):
         load_checkpoint(path, torch.nn.Linear(1, 1), None)
+
+
+def test_a_checkpoint_without_optimizer_state_loads_weights_but_refuses_a_resume(tmp_path):
+    """DeepSpeed ZeRO shards the optimizer, so its checkpoints are written with ``optimizer=None``: the
+    weights load (export, evaluation), but restoring an optimizer from it is one clear error."""
+    model = torch.nn.Linear(3, 2)
+    path = save_checkpoint(tmp_path, 1, model, None, {"scheduler": {}})
+    other = torch.nn.Linear(3, 2)
+    load_checkpoint(path, other, None)
+    assert torch.equal(other.weight, model.weight)
+    with pytest.raises(CheckpointError, match="no optimizer state"):
+        load_checkpoint(path, other, torch.optim.AdamW(other.parameters()))

@@ -43,12 +43,13 @@ class CheckpointError(RuntimeError):
     """No intact checkpoint to load (the message lists each one and why it was refused)."""
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: OptimState,
+def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: OptimState | None,
                     state: dict[str, Any], keep: int = 2, extras: dict[str, tuple[Weights, OptimState]] | None = None
                     ) -> Path:
     """Write checkpoint ``step`` atomically and point ``latest`` at it; keep the newest ``keep``.
     ``extras`` (e.g. ``{"critic": (value_model, its optimizer)}``) go into the same folder. Each model
-    or optimizer may instead be its full state dict, gathered beforehand (sharded runs)."""
+    or optimizer may instead be its full state dict, gathered beforehand (sharded runs); an ``optimizer``
+    of None (DeepSpeed ZeRO shards it) writes an empty optimizer file, which resume refuses."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -56,7 +57,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: O
     try:
         weights = model if isinstance(model, dict) else policy_state_dict(model)
         save_file(_untie(_detached(weights)), str(tmp / "model.safetensors"))
-        opt_tensors, opt_meta = _flatten_optimizer(optimizer)
+        opt_tensors, opt_meta = _flatten_optimizer(optimizer) if optimizer is not None else ({}, None)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         extra_meta = {}
         for name, (module, opt) in (extras or {}).items():
@@ -205,6 +206,9 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
         raise CheckpointError(f"checkpoint {path}: {problem}")
     _load_model(path, model, sharding=sharding)
     state = json.loads((path / "state.json").read_text())
+    if optimizer is not None and state["optimizer"] is None:
+        raise CheckpointError(f"checkpoint {path} holds no optimizer state (written under DeepSpeed ZeRO); it "
+                              f"cannot be resumed exactly: start a new run from its weights")
     if optimizer is not None:
         _restore_optimizer(optimizer, _tensors(path / "optimizer.safetensors"), state["optimizer"], model, sharding)
     for name, (module, opt) in (extras or {}).items():

@@ -100,8 +100,8 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     before and after verify in the run's verifier pool too."""
     from rlvr.train.precision import check_supported
     check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
-    validate_run(cfg)
     main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
+    validate_run(cfg, writes=main)
     with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):
         with verifier_pool(cfg.rollout.verify_workers):
             return _train_run(cfg, resume, model, tokenizer, callbacks)

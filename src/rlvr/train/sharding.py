@@ -32,17 +32,20 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, InitProcessGroupKwargs
 
 from rlvr.rollout.lockstep import lockstep
 from rlvr.train.config import ConfigError
 
 
 def make_accelerator() -> Accelerator:
-    """The run's accelerator. ``accelerate launch`` with an FSDP config sets ``ACCELERATE_USE_FSDP``,
+    """The run's accelerator (DeepSpeed: ``rlvr.train.deepspeed_backend``). ``accelerate launch`` with an FSDP config sets ``ACCELERATE_USE_FSDP``,
     but accelerate 1.15 attaches the FSDP plug-in only for GPU-like devices; on CPU (gloo) it would
     silently fall back to DDP, so the plug-in (read from the same ``FSDP_*`` variables) is attached here."""
     cpu = not torch.cuda.is_available()
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        # cpu=True would switch DeepSpeed off; without GPUs it runs on gloo (DeepSpeed's CPU accelerator)
+        return Accelerator(kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")] if cpu else [])
     acc = Accelerator(cpu=cpu)
     wants_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
     if wants_fsdp and acc.distributed_type == DistributedType.MULTI_CPU:

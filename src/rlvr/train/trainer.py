@@ -27,6 +27,7 @@ from rlvr.models import render_prompt
 from rlvr.models.lora import add_lora, base_state_dict, is_lora, reference_of
 from rlvr.rewards.functions import objective_weights
 from rlvr.tasks.pool import uses_pool, verifier_pool
+from rlvr.train import deepspeed_backend as ds
 from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
@@ -56,7 +57,8 @@ class Trainer(UpdatePhase):
             torch.set_num_threads(cfg.run.threads)
         # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.
         self.acc = accelerator or make_accelerator()
-        self.sharding = Sharding(self.acc)  # one process, DDP or FSDP2: what differs lives there
+        self.sharding = Sharding(self.acc)  # one process, DDP, FSDP2 or DeepSpeed: what differs lives there
+        ds.check_supported(self.acc, cfg)
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
         torch.manual_seed(cfg.run.seed)
@@ -73,6 +75,8 @@ class Trainer(UpdatePhase):
             model = add_lora(model, cfg.model.lora, seed=cfg.run.seed)
         self.ref_model, self._ref_on_disk = self._reference(model, base_from_path=built and bool(cfg.model.path))
         optimizer, self.scheduler = build_optimizer(cfg, model)
+        if ds.active(self.acc):
+            ds.configure(self.acc, cfg)
         self.model, self.optimizer = self.acc.prepare(model, optimizer)
         self.scaler = grad_scaler(cfg, self.acc.device)  # fp16 mixed precision only
         if self.ref_model is not None and not is_lora(model):  # the frozen copy follows the policy
@@ -274,6 +278,9 @@ class Trainer(UpdatePhase):
         return self.sharding.model_state(module, names), self.sharding.optimizer_state(module, optimizer)
 
     def _resume(self) -> None:
+        if ds.active(self.acc):
+            raise ConfigError("resume under DeepSpeed is not supported: its checkpoints hold the weights but not "
+                              "ZeRO's sharded optimizer state; start a new run from RUN/final (model.path)")
         path = latest_checkpoint(self.run_dir)
         if path is None:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")

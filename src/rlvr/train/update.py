@@ -29,6 +29,7 @@ computed (all epochs and mini-batches of the step).
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from typing import Any
 
@@ -38,6 +39,7 @@ from rlvr.batching import UpdatePlan, mini_batches, row_lengths
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rollout import sequence_logprobs
+from rlvr.train import deepspeed_backend as ds
 from rlvr.rollout.lockstep import forward_count
 from rlvr.train.config import ConfigError
 from rlvr.train.precision import autocast
@@ -121,10 +123,10 @@ class UpdatePhase:
             sync = i == passes - 1
             with (nullcontext() if sync else self.acc.no_sync(self.model)):
                 if i >= len(mbs):
-                    self._idle_micro_step(batch, rows[:1])
+                    self._idle_micro_step(batch, rows[:1], sync)
                     continue
                 idx = mbs[i]
-                step_metrics = self._micro_step(batch, idx, fill_old, norm, idx.numel() / computed, plan)
+                step_metrics = self._micro_step(batch, idx, fill_old, norm, idx.numel() / computed, plan, sync)
             for key, value in step_metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
         with self.timer("optimizer"):
@@ -132,7 +134,7 @@ class UpdatePhase:
         return sums
 
     def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict,
-                    share: float, plan: UpdatePlan) -> dict[str, float]:
+                    share: float, plan: UpdatePlan, last: bool = True) -> dict[str, float]:
         mb = plan.view(batch, rows)  # (n, P') prompts, (n, T') completions
         t = mb.completion_mask.shape[1]
         with self.timer("forward"):
@@ -148,7 +150,7 @@ class UpdatePhase:
         with self.timer("loss"):
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):
-            self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
+            self._backward(loss, last)
         # Loss terms are already this micro-batch's share of the mini-batch's global value (they add
         # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share over the
         # rows computed (with optim.skip_zero_rows: the rows with a non-zero advantage).
@@ -163,11 +165,17 @@ class UpdatePhase:
         plan.count(mb)
         return out
 
-    def _idle_micro_step(self, batch: Rollouts, rows: torch.Tensor) -> None:
+    def _idle_micro_step(self, batch: Rollouts, rows: torch.Tensor, last: bool) -> None:
         """A forward and backward that add nothing to the gradients (loss × 0), so a sharded rank with
         fewer micro-batches than another keeps its collectives in line with theirs."""
         logp, _ = self._logprobs(self.model, batch, rows=rows)
-        self.acc.backward(logp.sum() * 0.0)
+        self._backward(logp.sum() * 0.0, last)
+
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        if ds.active(self.acc):  # unscaled shares, the boundary on the last micro-batch
+            ds.backward(self.model, loss, last)
+        else:
+            self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
 
     def _reweight(self, mb: Rollouts, answer: torch.Tensor | None, logp: torch.Tensor,
                   ent: torch.Tensor | None) -> torch.Tensor:
@@ -197,6 +205,12 @@ class UpdatePhase:
         return batch.meta["answer_mask"]
 
     def _optimizer_step(self) -> dict[str, float]:
+        if ds.active(self.acc):  # DeepSpeed clips (optim.grad_clip) and steps its sharded optimizer
+            total = ds.step(self.model)
+            if not math.isfinite(total):
+                raise NonFiniteLossError(f"gradient norm is {total}; DeepSpeed skipped the update")
+            self.scheduler.step()
+            return {"optim/grad_norm": total}
         clip = self.cfg.optim.grad_clip
         if self.scaler is not None:  # fp16: true gradients before clipping
             self.scaler.unscale_(self.optimizer)

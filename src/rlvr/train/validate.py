@@ -48,9 +48,10 @@ def check_ranges(cfg: Any) -> None:
                 raise ValueError(f"{key} must be {rule[1]}, got {value}")
 
 
-def validate_run(cfg: Any) -> None:
+def validate_run(cfg: Any, writes: bool = True) -> None:
     """Everything about a run that can fail without training: every plug-in built with its parameters
-    (the task probed, so a bad dataset fails here) and the run folder writable."""
+    (the task probed, so a bad dataset fails here) and, on the process that ``writes`` it (rank 0), the
+    run folder writable (other ranks, e.g. on other nodes, create nothing there)."""
     from rlvr.train.build import build_pipeline, build_plugin, build_task
     from rlvr.train.config import PluginSpec
     if cfg.optim.name == "adamw":
@@ -59,7 +60,8 @@ def validate_run(cfg: Any) -> None:
         build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
         build_task(cfg)
         build_plugin("selector", cfg.algorithm.selector)
-    check_writable(Path(cfg.run.out_dir))
+    if writes:
+        check_writable(Path(cfg.run.out_dir))
 
 
 def check_writable(folder: Path) -> None:

@@ -1,0 +1,114 @@
+"""DeepSpeed ZeRO-2/3 through accelerate (``accelerate launch --config_file configs/accelerate/zero3.yaml``):
+the ``rlvr.train.sharding`` backend for ``DistributedType.DEEPSPEED``, and what rlvr's update loop needs
+from DeepSpeed.
+
+- ``rlvr.train.sharding.make_accelerator`` builds the accelerator with ``cpu=False`` and the gloo backend
+  on a machine without GPUs (``cpu=True`` would switch DeepSpeed off), so ZeRO runs on CPU processes.
+- ``configure``: the DeepSpeed config rlvr's loop implies, set before ``prepare`` (there is no
+  dataloader): ``train_micro_batch_size_per_gpu`` from ``optim.micro_batch_size``, one accumulation
+  step in DeepSpeed's own count (rlvr marks the boundary itself, below), ``gradient_clipping`` from
+  ``optim.grad_clip``.
+- ``backward`` / ``step``: rlvr's micro-batch losses are already each micro-batch's share of the
+  mini-batch's global loss, so they are back-propagated unscaled (``scale_wrt_gas=False``) with the
+  accumulation boundary on the last micro-batch only (accelerate's own ``backward`` would step
+  DeepSpeed's engine after every micro-batch); ``step`` is DeepSpeed's (clip, optimizer step, zero
+  grad; it skips an update whose gradient norm is not finite) and returns its global gradient norm.
+- ``DeepSpeedSharding``: ZeRO-2 keeps whole parameters on every rank (nothing to line up); ZeRO-3
+  shards them, so each forward is a collective and rlvr runs in lock-step as under FSDP2
+  (``sharded = True``); full weights are gathered for checkpoints. ZeRO's optimizer state stays
+  sharded: checkpoints hold none, and resume under DeepSpeed is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType
+
+from rlvr.train.config import ConfigError
+from rlvr.train.sharding import Sharding, register_backend
+
+
+def active(acc: Accelerator) -> bool:
+    return acc.distributed_type == DistributedType.DEEPSPEED
+
+
+def zero_stage(acc: Accelerator) -> int:
+    """The ZeRO stage of a DeepSpeed run; 0 when DeepSpeed is not in use."""
+    return int(acc.state.deepspeed_plugin.zero_stage) if active(acc) else 0
+
+
+def check_supported(acc: Accelerator, cfg: Any) -> None:
+    """One-line errors for what this DeepSpeed path does not cover, before any work."""
+    if not active(acc):
+        return
+    if cfg.critic.enabled:
+        raise ConfigError("critic.enabled=true is not supported under DeepSpeed (a second engine for the value "
+                          "model); use DDP or FSDP2 for critic methods")
+    if cfg.run.mixed_precision == "fp16":
+        raise ConfigError("run.mixed_precision=fp16 is not supported under DeepSpeed here (rlvr's own loss "
+                          "scaler); use bf16 or no")
+
+
+def configure(acc: Accelerator, cfg: Any) -> None:
+    """Fill the DeepSpeed config from rlvr's before ``prepare`` (no dataloader to infer it from)."""
+    ds = acc.state.deepspeed_plugin.deepspeed_config
+    micro = cfg.optim.micro_batch_size or cfg.rollout.group_size  # bookkeeping only: rlvr feeds the batches
+    ds["train_micro_batch_size_per_gpu"] = micro
+    ds["gradient_accumulation_steps"] = 1  # rlvr sets the boundary on each mini-batch's last micro-batch
+    ds["train_batch_size"] = micro * acc.num_processes
+    ds["gradient_clipping"] = float(cfg.optim.grad_clip)  # 0: no clipping, as in rlvr
+    acc.gradient_accumulation_steps = 1
+
+
+def backward(engine: Any, loss: torch.Tensor, last: bool) -> None:
+    """Accumulate one micro-batch's gradient; the reduction runs on the ``last`` one."""
+    engine.set_gradient_accumulation_boundary(last)
+    engine.backward(loss, scale_wrt_gas=False)
+
+
+def step(engine: Any) -> float:
+    """DeepSpeed's optimizer step (clipping inside); the global gradient norm before clipping."""
+    engine.step()
+    norm = engine.get_global_grad_norm()
+    return float(norm) if norm is not None else 0.0
+
+
+class DeepSpeedSharding(Sharding):
+    """DeepSpeed ZeRO-2 (gradients and AdamW state sharded) or ZeRO-3 (parameters too)."""
+
+    def __init__(self, acc: Accelerator) -> None:
+        super().__init__(acc)
+        self.stage = zero_stage(acc)
+        self.sharded = self.stage == 3
+
+    @property
+    def name(self) -> str:
+        return f"zero{self.stage}"
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+        raise NotImplementedError("under DeepSpeed the engine clips (gradient_clipping) in deepspeed_backend.step")
+
+    def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
+        """Full weights on every rank (ZeRO-3: gathered, every rank calls)."""
+        if not self.sharded:
+            return super().model_state(module, names)
+        from deepspeed.runtime.zero.partition_parameters import GatheredParameters
+        with GatheredParameters(list(module.parameters())):
+            state = {k: v.detach().clone() for k, v in module.state_dict().items() if names is None or k in names}
+        return state
+
+    def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        return None  # ZeRO's partitions; the checkpoint holds no optimizer state (resume is refused)
+
+    def load_model_state(self, module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> tuple[list, list]:
+        raise ConfigError("loading weights into a DeepSpeed engine is not supported (resume under DeepSpeed)")
+
+    def load_optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                             state: dict[str, Any]) -> None:
+        raise ConfigError("loading optimizer state into DeepSpeed is not supported (resume under DeepSpeed)")
+
+
+register_backend(DistributedType.DEEPSPEED, DeepSpeedSharding)
