@@ -264,7 +264,10 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
              "standard deviation with ddof = 1) over the finished seeds; n = finished runs. Final reward, "
              "entropy and response length: mean over the last 10 % of logged steps. **Bold**: the best mean "
              "in a column (higher is better, except rollouts and seconds where lower is; entropy and "
-             "response length are not ranked; ties mark nothing) — a ranking of means, not a significance test.",
+             "response length are not ranked; ties mark nothing) — a ranking of means, not a significance test. "
+             "Entropy is `rollout/entropy`, the mean over the rows the update computed: with "
+             "`optim.skip_zero_rows` on (the default where no part needs every row) zero-advantage rows are "
+             "left out, so it is comparable only between methods that skip alike.",
              "", "| method | " + " | ".join(c[1] for c in columns) + " |",
              "|---|" + "---:|" * len(columns)]
     for method, stats in results["methods"].items():
