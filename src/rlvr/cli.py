@@ -17,7 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     _tool_commands(sub)
     args = parser.parse_args(argv)
     try:
-        return _COMMANDS[args.command](args)
+        code = _COMMANDS[args.command](args)
+        if code == 0:
+            from rlvr.train.sharding import finish_distributed
+            finish_distributed()
+        return code
     except (ValueError, KeyError, RuntimeError) as err:  # input errors: one clear line
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from rlvr.train.run import train_run
+from rlvr.train.sharding import finish_distributed
 from rlvr.train.trainer import Trainer
 from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.types import AdvantageInputs, Problem, Rollouts
@@ -125,3 +126,4 @@ def main(mode: str, out: str, overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], sys.argv[3:])
+    finish_distributed()

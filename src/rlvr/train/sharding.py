@@ -220,3 +220,15 @@ def _param_names(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> l
     """The names of the optimizer's parameters, in the order of its parameter groups."""
     name_of = {id(p): n for n, p in module.named_parameters()}
     return [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def finish_distributed() -> None:
+    """End a data-parallel process cleanly: wait for every rank (rank 0 may still be writing RUN/final),
+    then take the process group down, so no rank exits with gloo's threads still running (which can
+    abort the process at interpreter exit). A no-op in one process; call it only on the success path
+    (a rank that failed never reaches the barrier)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
