@@ -36,6 +36,11 @@ def test_one_process_hooks_are_the_plain_calls():
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), twin.parameters()))
     state, names = sharding.model_state(model), {"model.norm.weight", "lm_head.weight"}
     assert state.keys() == model.state_dict().keys() and sharding.model_state(model, names).keys() == names
+    assert sharding.engine_step(model) is None  # rlvr clips and steps itself (an engine that steps returns its norm)
+    loss_model, loss_twin = (m(input_ids=torch.tensor([[1, 2]])).logits.sum() for m in (model, twin))
+    sharding.backward(model, loss_model, last=True)
+    loss_twin.backward()
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), twin.parameters()))
 
 
 def test_a_checkpoint_from_gathered_state_is_the_same(tmp_path):

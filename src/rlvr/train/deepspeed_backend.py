@@ -88,8 +88,11 @@ class DeepSpeedSharding(Sharding):
     def name(self) -> str:
         return f"zero{self.stage}"
 
-    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> torch.Tensor:
-        raise NotImplementedError("under DeepSpeed the engine clips (gradient_clipping) in deepspeed_backend.step")
+    def backward(self, model: torch.nn.Module, loss: torch.Tensor, last: bool, scaler: Any = None) -> None:
+        backward(model, loss, last)  # unscaled shares, the boundary on the last micro-batch
+
+    def engine_step(self, model: torch.nn.Module) -> float:
+        return step(model)  # DeepSpeed clips (gradient_clipping) and steps its sharded optimizer
 
     def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
         """Full weights on every rank (ZeRO-3: gathered, every rank calls)."""

@@ -96,6 +96,15 @@ class Sharding:
         counts = self.acc.gather(torch.tensor([n], device=self.acc.device))
         return int(counts.max().item())
 
+    def backward(self, model: torch.nn.Module, loss: torch.Tensor, last: bool, scaler: Any = None) -> None:
+        """One micro-batch's backward (``last``: the mini-batch's last, where gradients are reduced)."""
+        self.acc.backward(loss if scaler is None else scaler.scale(loss))
+
+    def engine_step(self, model: torch.nn.Module) -> float | None:
+        """For a backend whose engine clips and steps the optimizer itself: do it and return the global
+        gradient norm; None (here) when rlvr clips and steps (``clip_grad_norm``, then the optimizer)."""
+        return None
+
     def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> torch.Tensor:
         """Clip the gradients of ``model`` to ``max_norm`` (inf: measure only); the global norm."""
         params = [p for p in model.parameters() if p.grad is not None]

@@ -39,7 +39,6 @@ from rlvr.batching import UpdatePlan, mini_batches, row_lengths
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
 from rlvr.rollout import sequence_logprobs
-from rlvr.train import deepspeed_backend as ds
 from rlvr.rollout.lockstep import forward_count
 from rlvr.train.config import ConfigError
 from rlvr.train.precision import autocast
@@ -150,7 +149,7 @@ class UpdatePhase:
         with self.timer("loss"):
             loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
         with self.timer("backward"):
-            self._backward(loss, last)
+            self.sharding.backward(self.model, loss, last, self.scaler)
         # Loss terms are already this micro-batch's share of the mini-batch's global value (they add
         # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share over the
         # rows computed (with optim.skip_zero_rows: the rows with a non-zero advantage).
@@ -169,13 +168,7 @@ class UpdatePhase:
         """A forward and backward that add nothing to the gradients (loss × 0), so a sharded rank with
         fewer micro-batches than another keeps its collectives in line with theirs."""
         logp, _ = self._logprobs(self.model, batch, rows=rows)
-        self._backward(logp.sum() * 0.0, last)
-
-    def _backward(self, loss: torch.Tensor, last: bool) -> None:
-        if ds.active(self.acc):  # unscaled shares, the boundary on the last micro-batch
-            ds.backward(self.model, loss, last)
-        else:
-            self.acc.backward(loss if self.scaler is None else self.scaler.scale(loss))
+        self.sharding.backward(self.model, logp.sum() * 0.0, last, self.scaler)
 
     def _reweight(self, mb: Rollouts, answer: torch.Tensor | None, logp: torch.Tensor,
                   ent: torch.Tensor | None) -> torch.Tensor:
@@ -205,10 +198,10 @@ class UpdatePhase:
         return batch.meta["answer_mask"]
 
     def _optimizer_step(self) -> dict[str, float]:
-        if ds.active(self.acc):  # DeepSpeed clips (optim.grad_clip) and steps its sharded optimizer
-            total = ds.step(self.model)
+        total = self.sharding.engine_step(self.model)  # an engine that clips and steps itself (DeepSpeed)
+        if total is not None:
             if not math.isfinite(total):
-                raise NonFiniteLossError(f"gradient norm is {total}; DeepSpeed skipped the update")
+                raise NonFiniteLossError(f"gradient norm is {total}; the engine skipped the update")
             self.scheduler.step()
             return {"optim/grad_norm": total}
         clip = self.cfg.optim.grad_clip
