@@ -27,6 +27,7 @@ the fraction of the positions it computed that were padding, and the positions c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -311,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     load = [round(os.getloadavg()[0], 2)]
     with tempfile.TemporaryDirectory(prefix="step_speed_") as tmp:
         folder = Path(tmp)
-        info = prepare_model(args, folder / "model")
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the JSON (libraries log on import)
+            info = prepare_model(args, folder / "model")
         results: dict[str, dict] = {}
         for r in range(args.repeats):
             for name in (names if r % 2 == 0 else names[::-1]):

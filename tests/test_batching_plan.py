@@ -73,3 +73,18 @@ def test_plan_metrics_count_rows_positions_and_padding():
     # rows 0 and 2 in one micro-batch: prompt width 2 (row 0's), completion width 3 (row 2's)
     assert plan.metrics(3) == {"update/skipped_row_frac": 1 - 2 / 3, "update/padding_frac": 1 - 8 / 10,
                                "update/tokens": 10.0}
+
+
+def test_length_buckets_split_one_micro_batch_longest_first_into_buckets_of_at_least_8_rows():
+    lengths = torch.tensor([5, 30, 12, 7, 40, 9, 22, 3, 18, 25, 11, 6, 33, 8, 14, 2, 28, 16])  # (18,)
+    rows = torch.arange(18)
+    order = torch.sort(lengths, descending=True, stable=True).indices
+    two = plan_micro_batches(rows, 0, lengths=lengths, buckets=3)  # 18 // 8 = 2 buckets at most
+    assert [b.tolist() for b in two] == [order[:9].tolist(), order[9:].tolist()]
+    assert lengths[two[0]].min() >= lengths[two[1]].max()
+    assert [b.tolist() for b in plan_micro_batches(rows, 0, lengths=lengths, buckets=1)] == [rows.tolist()]
+    assert [b.tolist() for b in plan_micro_batches(rows[:15], 0, lengths=lengths, buckets=3)] == [list(range(15))]
+    sized = plan_micro_batches(rows, 6, lengths=lengths, buckets=3)  # micro_batch_size set: buckets unused
+    assert [b.tolist() for b in sized] == [order[i:i + 6].tolist() for i in (0, 6, 12)]
+    kept = plan_micro_batches(rows, 0, keep=lengths > 10, lengths=lengths, buckets=3)  # 10 kept rows: 1 bucket
+    assert len(kept) == 1 and sorted(kept[0].tolist()) == (lengths > 10).nonzero().squeeze(-1).tolist()

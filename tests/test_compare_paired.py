@@ -47,7 +47,8 @@ def report(tmp_path_factory):
         for method, acc in (("grpo", b), ("new", b + d)):
             folder = out / "runs" / method / f"seed{seed}"
             _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2},
-                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
+                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320,
+                      seconds=10.0 if method == "grpo" else 8.0 + 0.5 * seed)
             runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
     return out, build_report(out, runs, {"kind": "steps", "value": 20}, baseline="grpo")
 
@@ -60,7 +61,12 @@ def test_report_pairs_every_seed_against_the_baseline(report):
     assert acc["n"] == 5 and acc["mean"] == pytest.approx(0.07) and acc["ci"] == pytest.approx(0.094139, abs=1e-6)
     assert acc["p"] == pytest.approx(0.1875)
     assert paired["methods"]["new"]["pass@4"]["mean"] == pytest.approx(0.07)  # shifted by the same 0.2
-    assert paired["metrics"] == ["accuracy_after", "final_reward", "pass@4"]
+    assert paired["metrics"] == ["accuracy_after", "final_reward", "pass@4", "seconds"]
+    # seconds: diffs -2, -1.5, -1, -0.5, 0 (lower is better): mean -1, sd 0.7906, /√5, × t(4) 2.776 → ±0.9815;
+    # (t table 2.776); four wins, one tie; the tie's zero difference leaves 2^4 distinct sign patterns, 2 of them as extreme
+    sec = paired["methods"]["new"]["seconds"]
+    assert sec["mean"] == pytest.approx(-1.0) and sec["ci"] == pytest.approx(0.98146, abs=1e-5)
+    assert (sec["wins"], sec["ties"], sec["losses"]) == (4, 1, 0) and sec["p"] == pytest.approx(0.125)
 
 
 def test_results_md_leads_with_the_paired_table(report):
@@ -69,6 +75,7 @@ def test_results_md_leads_with_the_paired_table(report):
     assert md.index("## Paired differences from grpo") < md.index("## Per method")
     row = next(line for line in md.splitlines() if line.startswith("| new |"))
     assert "+0.070 ± 0.094 (n=5) | 0.188 | 4/0/1" in row
+    assert row.rstrip().endswith("-1.0 ± 1.0 (n=5) | 0.125 | 4/1/0 |") and "Δ RL seconds" in md
     assert (out / "paired_differences.png").stat().st_size > 1000
 
 
@@ -105,8 +112,20 @@ def test_subset_metrics_are_paired_and_do_not_break_the_pass_at_k_columns(tmp_pa
     results = build_report(tmp_path, runs, {"kind": "steps", "value": 20}, baseline="grpo")
     assert results["largest_k"] == 4 and list(results["runs"][0]["pass_at_k"]) == ["pass@1", "pass@4"]
     paired = results["paired"]
-    assert paired["metrics"][-3:] == ["greedy_accuracy/base", "greedy_accuracy/hard", "pass@4/hard"]
+    assert paired["metrics"][-4:] == ["greedy_accuracy/base", "greedy_accuracy/hard", "pass@4/hard", "seconds"]
     hard = paired["methods"]["new"]["greedy_accuracy/hard"]
     assert hard["mean"] == pytest.approx(0.035) and hard["ci"] == pytest.approx(0.094139 / 2, abs=1e-6)
     assert paired["methods"]["new"]["pass@4/hard"]["mean"] == pytest.approx(0.0175)
     assert "greedy_accuracy/hard" in (tmp_path / "results.md").read_text()
+
+
+def test_threads_flag_overrides_the_files_run_threads(tmp_path):
+    from rlvr.compare.config import load_compare
+    from rlvr.compare.runner import _tree
+
+    path = tmp_path / "cmp.yaml"
+    path.write_text("methods: {grpo: {preset: grpo}}\nbudget: {steps: 2}\nbase: {run: {threads: 4}}\n")
+    cfg = load_compare(path)
+    method = cfg.methods[0]
+    assert _tree(cfg, method, 0, {}, 2)["run"]["threads"] == 4  # the file's choice stands by default
+    assert _tree(cfg, method, 0, {}, 1, forced=True)["run"]["threads"] == 1  # rlvr compare --threads 1

@@ -32,14 +32,14 @@ def test_readme_states_the_quickstart_settings():
     ws = cfg.warm_start
     assert f"at least {ws.steps} supervised steps, up to {ws.max_steps}" in para
     assert f"until {round(ws.target_accuracy * 100)} % greedy accuracy" in para
-    assert f"{cfg.run.steps} GRPO steps" in para
+    assert f"{cfg.run.steps} GRPO steps of {cfg.rollout.prompts_per_step} prompts × {cfg.rollout.group_size}" in para
     assert f"{cfg.run.eval_problems} held-out problems" in para
     assert cfg.algorithm.advantage.name == "grpo" and cfg.run.threads == 2
 
 
 def test_heldout_problems_never_appear_in_training_streams():
     """Held-out prompts are test-split for seeds 0–9; for seed 0 they are disjoint from every warm-start
-    batch the longest warm start draws, its validation problems and 600 steps of GRPO prompts."""
+    batch the longest warm start draws, its validation problems and every GRPO step's prompts."""
     cfg = _config()
     task = build_task(cfg)
     for seed in range(10):

@@ -119,23 +119,32 @@ def trim_padding(batch: Rollouts) -> Rollouts:
     return dataclasses.replace(batch, **cut)
 
 
+BUCKET_ROWS = 8  # fewest rows of a length bucket: smaller ones cost more in passes than they save in padding
+
+
 def plan_micro_batches(rows: Tensor, size: int, *, keep: Tensor | None = None,
-                       lengths: Tensor | None = None) -> list[Tensor]:
+                       lengths: Tensor | None = None, buckets: int = 1) -> list[Tensor]:
     """Micro-batches (batch row indices) of the mini-batch ``rows`` (a 1-D long tensor).
 
     ``keep`` (N,) bool over the batch: rows where it is False are left out; if none is left, the one
     row with the fewest positions stays (every rank must still run one backward, and every parameter
     must still get a gradient, zero or not). ``lengths`` (N,): rows are sorted longest first, so each
-    micro-batch can be trimmed to rows of similar length (``trim_padding``). With neither, the
-    consecutive micro-batches of ``micro_batches``.
+    micro-batch can be trimmed to rows of similar length (``trim_padding``); where ``size`` would give
+    one micro-batch, ``buckets`` > 1 splits the sorted rows into up to that many of (near) equal row
+    count, each of at least ``BUCKET_ROWS`` rows.
+    With neither, the consecutive micro-batches of ``micro_batches``.
     """
     if keep is not None:
         kept = rows[keep[rows]]
         if kept.numel() == 0:
             kept = rows[:1] if lengths is None else rows[lengths[rows].argmin()].view(1)
         rows = kept
-    if lengths is not None and 0 < size < rows.numel():  # one micro-batch: row order stays as it was
-        rows = rows[torch.sort(lengths[rows], descending=True, stable=True).indices]
+    one = size <= 0 or size >= rows.numel()
+    if lengths is None or (one and min(buckets, rows.numel() // BUCKET_ROWS) <= 1):  # row order stays as it was
+        return [rows[idx] for idx in micro_batches(rows.numel(), size)]
+    rows = rows[torch.sort(lengths[rows], descending=True, stable=True).indices]
+    if one:
+        return list(torch.tensor_split(rows, max(1, min(buckets, rows.numel() // BUCKET_ROWS))))
     return [rows[idx] for idx in micro_batches(rows.numel(), size)]
 
 
@@ -144,12 +153,13 @@ class UpdatePlan:
     (``lengths``: longest first, each micro-batch trimmed to its own longest row), and what it
     computed (rows, positions and real tokens, for the ``update/…`` metrics)."""
 
-    def __init__(self, size: int, keep: Tensor | None = None, lengths: Tensor | None = None) -> None:
-        self.size, self.keep, self.lengths = size, keep, lengths
+    def __init__(self, size: int, keep: Tensor | None = None, lengths: Tensor | None = None,
+                 buckets: int = 1) -> None:
+        self.size, self.keep, self.lengths, self.buckets = size, keep, lengths, buckets
         self.rows = self.positions = self.real = 0
 
     def micro_batches(self, rows: Tensor) -> list[Tensor]:
-        return plan_micro_batches(rows, self.size, keep=self.keep, lengths=self.lengths)
+        return plan_micro_batches(rows, self.size, keep=self.keep, lengths=self.lengths, buckets=self.buckets)
 
     def view(self, batch: Rollouts, rows: Tensor) -> Rollouts:
         """The micro-batch ``rows`` of ``batch``: trimmed when the plan sorts by length."""

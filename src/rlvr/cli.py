@@ -78,6 +78,9 @@ def _tool_commands(sub: Any) -> None:
     p.add_argument("--jobs", type=int, default=None, help="runs at once (default: the file's `jobs`, else 1)")
     p.add_argument("--only", nargs="+", default=None, metavar="METHOD[:SEED]", help="(re-)run only these runs")
     p.add_argument("--out", default=None, help="output folder (default: the file's out_dir)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per run (default: the file's run.threads, else CPU cores / jobs); "
+                        "1 when other jobs share the machine")
 
     p = sub.add_parser("plot", help="PNG plots of single runs from their metrics.jsonl")
     p.add_argument("run_dirs", nargs="+")
@@ -201,7 +204,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from rlvr.compare import load_compare, run_comparison
     cfg = load_compare(args.config, out_dir=args.out)
-    results = run_comparison(cfg, jobs=args.jobs, only=args.only)
+    results = run_comparison(cfg, jobs=args.jobs, only=args.only, threads=args.threads)
     failed = [f"{r['method']}:{r['seed']}" for r in results["runs"] if r["status"] != "done"]
     print(f"results: {cfg.out_dir / 'results.md'}")
     if failed:

@@ -66,3 +66,18 @@ def test_a_method_that_needs_every_row_turns_the_skip_off(tmp_path, preset, over
 def test_an_entropy_bonus_computes_every_row(tmp_path):
     _, metrics, _ = _update(tmp_path, "bonus", ["algorithm.entropy_coef=0.01"])
     assert metrics["update/skipped_row_frac"] == 0.0 and metrics["update/padding_frac"] < 0.2
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_length_buckets_leave_the_update_unchanged(tmp_path, mode):
+    """One micro-batch (micro_batch_size 0) of 16 rows: optim.length_buckets splits it, longest rows
+    first, into 16 // 8 = 2 forwards, each trimmed to its own longest row."""
+    knobs = [f"algorithm.aggregation.mode={mode}", "optim.micro_batch_size=0", "optim.skip_zero_rows=false"]
+    _, ref, want = _update(tmp_path, "off", [*knobs, "optim.trim_padding=false", "optim.length_buckets=1"])
+    _, one, _ = _update(tmp_path, "one", [*knobs, "optim.length_buckets=1"])
+    _, got, weights = _update(tmp_path, "buckets", [*knobs, "optim.length_buckets=3"])
+    assert (weights - want).abs().max() < 1e-6
+    assert got["loss/total"] == pytest.approx(ref["loss/total"], abs=1e-7)
+    assert got["update/tokens"] <= one["update/tokens"] <= ref["update/tokens"]
+    assert got["update/skipped_row_frac"] == 0.0
+    # the buckets really ran: two forwards of 8 rows, longest rows first (tests/test_batching_plan.py)

@@ -29,8 +29,9 @@ from rlvr.train.logging import read_metrics
 FINAL_FRACTION = 0.1
 HIGHER = ("accuracy_after", "accuracy_gain", "final_reward")  # + pass@K, maj@K (added per report)
 LOWER = ("rollouts", "seconds")
-PAIRED = ["accuracy_after", "final_reward"]  # + pass@K (added per report); the gain's difference equals
-# the after-accuracy's when methods share the seed's warm start, so it is not repeated
+PAIRED = ["accuracy_after", "final_reward"]  # + pass@K and subsets (added per report), then PAIRED_LAST; the
+# gain's difference equals the after-accuracy's when methods share the seed's warm start, so it is not repeated
+PAIRED_LAST = ["seconds"]  # the cost side (SpecRoll's claim is about it): lower is better
 
 
 def final_mean(rows: list[dict[str, Any]], key: str, fraction: float = FINAL_FRACTION) -> float | None:
@@ -185,7 +186,7 @@ def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[s
     results = {"budget": budget, "runs": records, "methods": stats,
                "best": best_methods(stats, [*HIGHER, *k_metrics, *LOWER]), "largest_k": k,
                "paired": paired(records, methods, baseline,
-                                [*PAIRED, *k_metrics[:1], *subset_metrics(records, k)])}
+                                [*PAIRED, *k_metrics[:1], *subset_metrics(records, k), *PAIRED_LAST])}
     _write_text(out / "results.json", json.dumps(results, indent=2))
     finished = {m: [(rec, rows) for rec, rows in pairs if rec["method"] == m and rec["status"] == "done"]
                 for m in methods}
@@ -281,7 +282,8 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-PAIRED_HEADERS = {"accuracy_after": "greedy acc.", "final_reward": "reward (final)"}
+PAIRED_HEADERS = {"accuracy_after": "greedy acc.", "final_reward": "reward (final)", "seconds": "RL seconds"}
+PAIRED_DIGITS = {"seconds": 1}  # decimals per metric (3 otherwise)
 
 
 def _paired_lines(paired_results: dict[str, Any] | None) -> list[str]:
@@ -299,8 +301,8 @@ def _paired_lines(paired_results: dict[str, Any] | None) -> list[str]:
     for method, per_metric in paired_results["methods"].items():
         cells = []
         for metric in metrics:
-            d = per_metric[metric]
-            diff = "—" if d["mean"] is None else f"{d['mean']:+.3f}" + ("" if d["ci"] is None else f" ± {d['ci']:.3f}")
+            d, nd = per_metric[metric], PAIRED_DIGITS.get(metric, 3)
+            diff = "—" if d["mean"] is None else f"{d['mean']:+.{nd}f}" + ("" if d["ci"] is None else f" ± {d['ci']:.{nd}f}")
             cells += [f"{diff} (n={d['n']})", "—" if d["p"] is None else f"{d['p']:.3f}",
                       f"{d['wins']}/{d['ties']}/{d['losses']}"]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")

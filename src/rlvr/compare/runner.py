@@ -28,8 +28,9 @@ from rlvr.train.config import ConfigError, merge, to_dict
 
 
 def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] | None = None,
-                   progress: bool = True) -> dict[str, Any]:
-    """Run (or reuse) every run of the comparison, then write the report; returns the results."""
+                   progress: bool = True, threads: int | None = None) -> dict[str, Any]:
+    """Run (or reuse) every run of the comparison, then write the report; returns the results.
+    ``threads``: torch threads per run, over the file's ``run.threads`` (default: cores / jobs)."""
     from rlvr.compare.report import build_report
     jobs = max(1, jobs or cfg.jobs)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
@@ -38,9 +39,10 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     if only and not plan:
         raise ConfigError(f"--only {only} matches no run; runs are METHOD or METHOD:SEED with methods "
                           f"{[m.name for m in cfg.methods]} and seeds {list(cfg.seeds)}")
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    forced = threads is not None
+    threads = max(1, threads if forced else (os.cpu_count() or 1) // jobs)
     starts = _warm_starts(cfg, sorted({s for _, s in plan}), threads, jobs, progress)
-    trees = {(m.name, s): _tree(cfg, m, s, starts, threads) for m, s in plan}
+    trees = {(m.name, s): _tree(cfg, m, s, starts, threads, forced) for m, s in plan}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         statuses = list(pool.map(lambda ms: _run_one(cfg, ms[0], ms[1], trees[(ms[0].name, ms[1])], progress), plan))
     runs = [_record(cfg, m, s) for m in cfg.methods for s in cfg.seeds]
@@ -56,14 +58,15 @@ def _selected(method: str, seed: int, only: list[str] | None) -> bool:
     return any(o == method or o == f"{method}:{seed}" for o in only)
 
 
-def _tree(cfg: CompareConfig, method: Method, seed: int, starts: dict[int, Path], threads: int) -> dict:
+def _tree(cfg: CompareConfig, method: Method, seed: int, starts: dict[int, Path], threads: int,
+          forced: bool = False) -> dict:
     tree = cfg.run_tree(method, seed)
     if seed in starts:
         if any(tree.get(k) != cfg.base.get(k) for k in ("model", "task", "warm_start")):
             raise ConfigError(f"method '{method.name}' changes model, task or warm_start, so it cannot share the "
                               f"warm start; set shared_warm_start: false")
         tree = merge(tree, {"model": {"path": str(starts[seed].resolve())}, "warm_start": {"steps": 0}})
-    if "threads" not in cfg.base.get("run", {}):
+    if forced or "threads" not in cfg.base.get("run", {}):
         tree = merge(tree, {"run": {"threads": threads}})
     return to_dict(_validated(tree))
 

@@ -190,8 +190,14 @@ class OptimConfig:
     trim_padding: bool = param(True, "sort rows by length into micro-batches and cut each forward to its own "
                                      "longest prompt and completion (exact up to float rounding), in the "
                                      "update and in the no-grad scoring passes")
+    length_buckets: int = param(3, "with trim_padding and one micro-batch (micro_batch_size 0): split the "
+                                   "update's rows, sorted by length, into up to this many micro-batches of at "
+                                   "least 8 rows, each cut to its own longest row (exact up to float rounding; "
+                                   "fewer padded positions for a forward/backward more each; 1 = off)")
 
     def __post_init__(self) -> None:
+        if self.length_buckets < 1:
+            raise ValueError(f"optim.length_buckets must be >= 1, got {self.length_buckets}")
         if self.mini_batches < 1 or self.ppo_epochs < 1:
             raise ValueError(f"optim.mini_batches and optim.ppo_epochs must be >= 1, got {self.mini_batches}, "
                              f"{self.ppo_epochs}")

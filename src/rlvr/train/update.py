@@ -98,7 +98,8 @@ class UpdatePhase:
         keep = None
         if o.skip_zero_rows and not self._needs_every_row():
             keep = ((batch.advantages != 0) & batch.completion_mask).any(-1)  # (N,) rows with any gradient
-        return UpdatePlan(o.micro_batch_size, keep, row_lengths(batch) if o.trim_padding else None)
+        return UpdatePlan(o.micro_batch_size, keep, row_lengths(batch) if o.trim_padding else None,
+                          o.length_buckets)
 
     def _needs_every_row(self) -> bool:
         """True when a row with zero advantage may still move the loss: the objective (KL, entropy
