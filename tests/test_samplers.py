@@ -293,3 +293,14 @@ def test_warm_start_weak_model_is_an_earlier_point_of_the_policys_warm_start(tmp
     assert not any(p.requires_grad for p in weak.parameters())
     again = Trainer(cfg).parts["sampler"]._weak  # a second start reads <run>/weak_model
     assert all(torch.equal(again.state_dict()[k], weak_w[k]) for k in weak_w)
+
+
+def test_a_sampler_parameter_set_both_flat_and_under_params_is_an_error():
+    """A preset writes `sampler: {name: prefix, weak_model: A}`; an override `sampler.params.weak_model=B`
+    used to lose silently to the flat key (a comparison file's outer_prefix ran with the preset's weak
+    model). Now it names the key; the flat form overrides as expected."""
+    from rlvr.train.config import load_config
+    with pytest.raises(ConfigError, match=r"rollout.sampler.weak_model'\] set twice"):
+        load_config("configs/methods/outer_prefix.yaml", ["rollout.sampler.params.weak_model=reference"])
+    cfg = load_config("configs/methods/outer_prefix.yaml", ["rollout.sampler.weak_model=reference"])
+    assert cfg.rollout.sampler.params["weak_model"] == "reference"

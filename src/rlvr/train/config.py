@@ -442,8 +442,14 @@ def _plugin_spec(data: Any, where: str) -> PluginSpec:
     if not isinstance(data, dict) or "name" not in data:
         raise ConfigError(f"{where}: a plug-in is a name or a mapping with 'name', got {data!r}")
     params = dict(data.get("params") or {})
-    params.update({k: v for k, v in data.items() if k not in ("name", "params")})
-    return PluginSpec(str(data["name"]), params)
+    flat = {k: v for k, v in data.items() if k not in ("name", "params")}
+    clash = sorted(k for k in set(params) & set(flat) if params[k] != flat[k])
+    if clash:  # e.g. a preset's `sampler: {weak_model: A}` and an override `sampler.params.weak_model=B`
+        raise ConfigError(f"{where}: {[_join(where, k) for k in clash]} set twice, as "
+                          f"{[flat[k] for k in clash]} and as params.{clash[0]}={params[clash[0]]!r}; a "
+                          f"plug-in's parameters sit next to its name (set {_join(where, clash[0])}=...), "
+                          f"so drop the 'params.' form")
+    return PluginSpec(str(data["name"]), {**params, **flat})
 
 
 def _join(where: str, key: str) -> str:
