@@ -64,6 +64,16 @@ def test_train_run_drives_es_with_before_after_eval(tmp_path):
     assert summary["steps"] == 1 and "accuracy_after" in summary and (tmp_path / "summary.json").exists()
 
 
+def test_train_run_drives_grpo_then_es_to_its_final_evaluation(tmp_path):
+    """rlvr train / rlvr compare path: the final evaluation is logged at the step both phases reached
+    (it used to fail there: the sequential trainer had no `step`)."""
+    cfg = tiny_config(tmp_path, ["run.steps=2", "optim.params.grpo_steps=1", *SMALL],
+                      path=str(PRESETS / "grpo_then_es.yaml"))
+    summary = train_run(cfg)
+    assert summary["steps"] == 2 and summary["grpo_steps"] == 1 and "accuracy_after" in summary
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
+
+
 def test_grpo_then_es_preset_runs_both_phases(tmp_path):
     cfg = tiny_config(tmp_path, ["run.steps=4", "optim.params.grpo_steps=2", *SMALL],
                       path=str(PRESETS / "grpo_then_es.yaml"))

@@ -40,6 +40,11 @@ class SequentialTrainer:
     def policy(self) -> torch.nn.Module:
         return self.gradient.policy
 
+    @property
+    def step(self) -> int:
+        """Steps done over both phases (what ``train_run``'s final evaluation is logged at)."""
+        return self.gradient.step if self.es_trainer is None else self.es_trainer.step
+
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         ckpt = latest_checkpoint(self.cfg.run.out_dir) if resume else None
         if resume and ckpt is None:
