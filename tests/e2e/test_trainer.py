@@ -243,7 +243,9 @@ class NaNLoss(PolicyLoss):
 
 def test_nan_loss_stops_with_clear_message_and_keeps_checkpoint(tmp_path):
     NaNLoss.calls = 0
-    cfg = tiny_config(tmp_path, ["algorithm.loss.name=nan_loss_test", "run.steps=3", "run.save_every=1"])
+    # one loss call per step (length buckets would call it once per bucket)
+    cfg = tiny_config(tmp_path, ["algorithm.loss.name=nan_loss_test", "run.steps=3", "run.save_every=1",
+                                 "optim.length_buckets=1"])
     trainer = Trainer(cfg)
     with pytest.raises(NonFiniteLossError, match=r"step 2: non-finite loss term\(s\): 'policy' = nan.*last checkpoint: .*step_000001"):
         trainer.train()

@@ -172,7 +172,6 @@ class Trainer(UpdatePhase):
         metrics.update({"loss/total": 0.0} if warm else self.update(batch))
         with self.timer("movement"):
             metrics.update(movement.finish())
-        metrics.update(batch.meta.get("weighting_metrics", {}))
         metrics.update(batch.meta.get("shaper_metrics", {}))
         if self.critic is not None:
             metrics.update(self._critic_update(batch, warm))

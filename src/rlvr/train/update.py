@@ -146,7 +146,7 @@ class UpdatePhase:
             batch.old_logprobs[rows, :t] = logp.detach()
         old = batch.old_logprobs[rows, :t]
         answer = self._answer_mask(batch)
-        advantages = self._reweight(mb, None if answer is None else answer[rows, :t], logp, ent)
+        advantages, weighted = self._reweight(mb, None if answer is None else answer[rows, :t], logp, ent)
         inputs = LossInputs(logprobs=logp, old_logprobs=old, advantages=advantages, mask=mb.completion_mask,
                             entropy=ent, ref_logprobs=mb.ref_logprobs, rollout_logprobs=mb.rollout_logprobs,
                             token_origin=mb.token_origin, behaviour_logprobs=mb.behaviour_logprobs)
@@ -161,6 +161,7 @@ class UpdatePhase:
         for key, value in {"loss/total": loss.detach(), **metrics}.items():
             out[key] = float(value) if key in _ADDITIVE else float(value) * share
         out["rollout/entropy"] = ent.detach()[inputs.mask].mean().item() * share if ent is not None else 0.0
+        out.update({key: value * share for key, value in weighted.items()})  # the weightings' adv/… too
         # How far the policy has moved from the behaviour policy: k3 estimate of KL(π_old ‖ π_θ) on the
         # sampled tokens, >= 0 (loss/approx_kl is verl's signed ppo_kl); 0 before the first step.
         moved = kl_estimate(old, logp.detach(), "k3", clamp=None)
@@ -175,20 +176,20 @@ class UpdatePhase:
         self.sharding.backward(self.model, logp.sum() * 0.0, last, self.scaler)
 
     def _reweight(self, mb: Rollouts, answer: torch.Tensor | None, logp: torch.Tensor,
-                  ent: torch.Tensor | None) -> torch.Tensor:
-        """The reweight stage: token weightings on this micro-batch's advantages (n, T')."""
-        adv = mb.advantages
+                  ent: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The reweight stage: token weightings on this micro-batch's advantages (n, T'), and their
+        ``adv/…`` metrics on this micro-batch (the caller averages them over micro-batches by row share)."""
+        adv, metrics = mb.advantages, {}
         weightings = self.parts["weightings"]
         if not weightings:
-            return adv
+            return adv, metrics
         with self.timer("reweight"):
             for weighting in weightings:
                 out = weighting(WeightingInputs(advantages=adv, mask=mb.completion_mask, logprobs=logp.detach(),
                                                 answer_mask=answer, entropy=None if ent is None else ent.detach()))
                 adv = out.advantages
-                mb.meta.setdefault("weighting_metrics", {}).update(
-                    {f"adv/{k}": float(v) for k, v in out.metrics.items()})
-        return adv
+                metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
+        return adv, metrics
 
     def _answer_mask(self, batch: Rollouts) -> torch.Tensor | None:
         """(N, T) answer-span tokens, located once per batch for the weighting that asks for them."""
