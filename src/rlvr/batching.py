@@ -140,11 +140,12 @@ def plan_micro_batches(rows: Tensor, size: int, *, keep: Tensor | None = None,
             kept = rows[:1] if lengths is None else rows[lengths[rows].argmin()].view(1)
         rows = kept
     one = size <= 0 or size >= rows.numel()
-    if lengths is None or (one and min(buckets, rows.numel() // BUCKET_ROWS) <= 1):  # row order stays as it was
+    parts = min(buckets, rows.numel() // BUCKET_ROWS) if one else 0  # length buckets of one micro-batch
+    if lengths is None or (one and parts <= 1):  # row order stays as it was
         return [rows[idx] for idx in micro_batches(rows.numel(), size)]
     rows = rows[torch.sort(lengths[rows], descending=True, stable=True).indices]
     if one:
-        return list(torch.tensor_split(rows, max(1, min(buckets, rows.numel() // BUCKET_ROWS))))
+        return list(torch.tensor_split(rows, parts))
     return [rows[idx] for idx in micro_batches(rows.numel(), size)]
 
 
