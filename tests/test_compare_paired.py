@@ -129,3 +129,21 @@ def test_threads_flag_overrides_the_files_run_threads(tmp_path):
     method = cfg.methods[0]
     assert _tree(cfg, method, 0, {}, 2)["run"]["threads"] == 4  # the file's choice stands by default
     assert _tree(cfg, method, 0, {}, 1, forced=True)["run"]["threads"] == 1  # rlvr compare --threads 1
+
+
+def test_a_training_loops_own_heldout_measure_is_paired(tmp_path):
+    # LURE's evaluation adds heldout/... keys (its pursuit capture): paired like the task's metrics.
+    runs = []
+    for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
+        for method, acc in (("warm_only", b), ("lure", b + d)):
+            folder = tmp_path / "runs" / method / f"seed{seed}"
+            own = {"heldout/capture": acc / 2, "heldout/capture/lure_arithmetic": acc, "calibration/ece": 0.1}
+            _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2, **own},
+                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
+            runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
+    results = build_report(tmp_path, runs, {"kind": "rollouts", "value": 320}, baseline="warm_only")
+    paired = results["paired"]
+    assert paired["metrics"][-3:] == ["heldout/capture", "heldout/capture/lure_arithmetic", "seconds"]
+    capture = paired["methods"]["lure"]["heldout/capture"]
+    assert capture["mean"] == pytest.approx(0.035) and capture["ci"] == pytest.approx(0.094139 / 2, abs=1e-6)
+    assert "heldout/capture" in (tmp_path / "results.md").read_text()

@@ -17,7 +17,7 @@ BAD = {
     "run.save_every=-1": "run.save_every must be >= 0, got -1",
     "optim.lr=.inf": "optim.lr must be a finite number, got inf",
     "optim.lr=inf": "optim.lr must be a finite number, got inf",
-    "optim.lr=0": "optim.lr must be > 0, got 0.0",
+    "optim.lr=-1": "optim.lr must be >= 0, got -1.0",
     "rollout.top_p=0": "rollout.top_p must be in (0, 1], got 0.0",
     "rollout.top_p=1.5": "rollout.top_p must be in (0, 1], got 1.5",
     "rollout.temperature=-1": "rollout.temperature must be > 0, got -1.0",

@@ -58,3 +58,40 @@ def test_lure_resume_mid_round_is_exact(tmp_path, monkeypatch):
         assert torch.equal(expected[key], got[key]), key
     kl = [r["loss/kl"] for r in read_metrics(tmp_path / "crash")]
     assert kl == [r["loss/kl"] for r in read_metrics(tmp_path / "full")]
+
+
+def test_heldout_capture_is_measured_before_and_after_and_lr_zero_is_a_frozen_control(tmp_path):
+    # rlvr train adds LURE's held-out pursuit capture to both evaluations (heldout/... keys, which rlvr
+    # compare pairs); optim.lr=0 (the self_play comparison's baseline) runs self-play without moving a weight.
+    overrides = ["run.steps=2", "optim.lr=0", "optim.params.warm_start_steps=0", "optim.params.eval_tasks_per_level=1",
+                 "optim.params.eval_samples=2", *SMALL[2:]]
+    cfg = tiny_config(tmp_path, overrides, path=PRESET)
+    trainer = make_trainer(cfg)
+    start = weights(trainer.policy)
+    first = trainer.heldout_metrics()
+    assert trainer.heldout_metrics() == first  # fixed tasks and a fixed sampling stream
+    assert set(first) == {"heldout/capture", "heldout/solved", "heldout/progress", "heldout/capture/lure_arithmetic",
+                          "heldout/capture/lure_countdown"}
+    assert all(0.0 <= v <= 1.0 for v in first.values())
+    summary = train_run(cfg, model=trainer.policy, tokenizer=trainer.tokenizer)
+    assert summary["steps"] == 2 and summary["eval_before"]["heldout/capture"] == first["heldout/capture"]
+    assert "heldout/solved" in summary["eval_after"]
+    assert read_metrics(tmp_path)[-1]["rollout/sampled_rows"] > 0
+    end = weights(trainer.policy)
+    for key in start:
+        assert torch.equal(start[key], end[key]), key
+
+
+def test_heldout_tasks_cover_every_level_and_come_from_their_own_stream():
+    import random
+
+    from rlvr.envs.base import build_env
+    from rlvr.optim.lure_eval import heldout_tasks
+
+    env = build_env("lure_arithmetic")
+    tasks = heldout_tasks(env, "lure_arithmetic", 3, seed=0)
+    assert [t.meta["level"] for t in tasks] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+    assert [t.prompt for t in tasks] == [t.prompt for t in heldout_tasks(env, "lure_arithmetic", 3, seed=0)]
+    assert [t.prompt for t in tasks] != [t.prompt for t in heldout_tasks(env, "lure_arithmetic", 3, seed=1)]
+    training = [env.task_at(4, random.Random(f"lure:{s}:{i}")).prompt for s in range(50) for i in range(8)]
+    assert not {t.prompt for t in tasks if t.meta["level"] == 4} & set(training)  # 4-digit sums: no overlap

@@ -24,6 +24,7 @@ from rlvr.envs.lure import LURE_ENVS, LureEnvironment
 from rlvr.envs.lure_credit import EVADER_REWARDS, PROGRESS_CREDITS, anchor_due, evader_reward, pursuer_advantages
 from rlvr.envs.lure_demos import evader_prompt, parse_level, warm_start
 from rlvr.optim.base import OptimizerPlugin
+from rlvr.optim.lure_eval import pursuit_heldout
 from rlvr.registry import build, param, register
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.rollout.samplers.base import with_origin
@@ -59,6 +60,9 @@ class LUREConfig:
                                      "(lure_demos; 0 = none, pure zero-data)")
     warm_start_batch: int = param(32, "demonstrations per warm-start step")
     warm_start_lr: float = param(3e-3, "warm-start AdamW learning rate")
+    eval_tasks_per_level: int = param(8, "held-out pursuit measure: tasks per level of each environment's axis "
+                                         "(0 = none; rlvr.optim.lure_eval)")
+    eval_samples: int = param(4, "held-out pursuit measure: episodes per task")
 
     def __post_init__(self) -> None:
         checks = (("evader_reward", self.evader_reward, EVADER_REWARDS),
@@ -67,9 +71,11 @@ class LUREConfig:
             if value not in valid:
                 raise ValueError(f"lure: {name} must be one of {valid}, got '{value}'")
         for name in ("evader_states", "evader_group", "captures_per_task", "round_steps", "max_turns",
-                     "turn_tokens", "evader_tokens"):
+                     "turn_tokens", "evader_tokens", "eval_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"lure: {name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_tasks_per_level < 0:
+            raise ValueError(f"lure: eval_tasks_per_level must be >= 0, got {self.eval_tasks_per_level}")
         if not self.envs:
             raise ValueError("lure: envs must name at least one environment")
 
@@ -149,6 +155,15 @@ class LURETrainer(Trainer):
         metrics.update(self.timer.pop())
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
         return self._mean_over_ranks(metrics), batch
+
+    def heldout_metrics(self) -> dict[str, float]:
+        """The held-out pursuit capture of the current policy (``rlvr train`` adds it to the
+        evaluations before and after training); empty when ``eval_tasks_per_level`` is 0."""
+        if not self.lure.eval_tasks_per_level:
+            return {}
+        return pursuit_heldout(self.policy, self.tokenizer, self.envs, self.pursuers, self.cfg.rollout,
+                               tasks_per_level=self.lure.eval_tasks_per_level, samples=self.lure.eval_samples,
+                               seed=self.cfg.run.seed)
 
     # --- self-play --------------------------------------------------------------------------
 

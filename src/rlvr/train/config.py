@@ -170,7 +170,7 @@ class OptimConfig:
     name: str = param("adamw", "'adamw' (the gradient trainer) or a registered optimizer plug-in that "
                                "brings its own training loop (rlvr list optimizer; e.g. es)")
     params: dict = param({}, "hyperparameters of the optimizer plug-in named by `name`")
-    lr: float = param(1e-4, "AdamW learning rate")
+    lr: float = param(1e-4, "AdamW learning rate (0: a frozen control run; everything runs, nothing is updated)")
     betas: tuple = param((0.9, 0.999), "AdamW betas")
     weight_decay: float = param(0.0, "AdamW weight decay")
     grad_clip: float = param(1.0, "max global gradient norm (0 = off)")

@@ -63,6 +63,14 @@ def evaluate_policy(model: torch.nn.Module, tokenizer: Any, task: Any, problems:
                     temperature=cfg.rollout.temperature, seed=cfg.run.seed)
 
 
+def evaluate_run(trainer: Any, task: Any, problems: list, cfg: Config) -> dict[str, float]:
+    """The task's held-out evaluation of the trainer's policy, plus the ``heldout/…`` measure of a
+    training loop that has one of its own (``trainer.heldout_metrics()``, e.g. LURE's pursuit capture)."""
+    out = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
+    extra = getattr(trainer, "heldout_metrics", None)
+    return {**out, **extra()} if extra is not None else out
+
+
 def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Callable[[torch.nn.Module, int], dict]:
     """A cheap periodic evaluation for learning curves: greedy held-out accuracy only."""
     def fn(model: torch.nn.Module, step: int) -> dict[str, float]:
@@ -123,13 +131,13 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
     here = evaluates_here(trainer)  # the main process; every rank when parameters are sharded
     if not resume and here:
         with lockstep_of(trainer):
-            before = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
+            before = evaluate_run(trainer, task, problems, cfg)
     result = trainer.train(resume=resume, eval_fn=eval_fn)
     summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir),
                                "processes": trainer.acc.num_processes}
     if here:
         with lockstep_of(trainer):
-            after = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
+            after = evaluate_run(trainer, task, problems, cfg)
     if not trainer.acc.is_main_process:
         return {}
     if trainer.acc.is_main_process:
