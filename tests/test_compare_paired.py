@@ -137,7 +137,8 @@ def test_a_training_loops_own_heldout_measure_is_paired(tmp_path):
     for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
         for method, acc in (("warm_only", b), ("lure", b + d)):
             folder = tmp_path / "runs" / method / f"seed{seed}"
-            own = {"heldout/capture": acc / 2, "heldout/capture/lure_arithmetic": acc, "calibration/ece": 0.1}
+            own = {"heldout/capture": acc / 2, "heldout/capture/lure_arithmetic": acc,
+                   "calibration/stated_frac": 1.0}
             _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2, **own},
                       maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
             runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
@@ -147,3 +148,22 @@ def test_a_training_loops_own_heldout_measure_is_paired(tmp_path):
     capture = paired["methods"]["lure"]["heldout/capture"]
     assert capture["mean"] == pytest.approx(0.035) and capture["ci"] == pytest.approx(0.094139 / 2, abs=1e-6)
     assert "heldout/capture" in (tmp_path / "results.md").read_text()
+
+
+def test_calibration_errors_are_paired_with_lower_as_better(tmp_path):
+    # C3RL's claim is calibration: Brier and ECE of the stated confidences, paired; a drop is a win.
+    runs = []
+    for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
+        for method, acc, brier in (("grpo", b, 0.30), ("c3rl", b, 0.30 - d)):
+            folder = tmp_path / "runs" / method / f"seed{seed}"
+            cal = {"calibration/brier": brier, "calibration/ece": brier / 2, "calibration/stated_frac": 1.0}
+            _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc, **cal},
+                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
+            runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
+    results = build_report(tmp_path, runs, {"kind": "rollouts", "value": 320}, baseline="grpo")
+    paired = results["paired"]
+    assert paired["metrics"][-3:] == ["calibration/brier", "calibration/ece", "seconds"]
+    brier = paired["methods"]["c3rl"]["calibration/brier"]
+    assert brier["mean"] == pytest.approx(-0.07) and brier["ci"] == pytest.approx(0.094139, abs=1e-6)
+    assert (brier["wins"], brier["ties"], brier["losses"]) == (4, 0, 1)  # DIFFS: four drops, one rise
+    assert "Brier (lower better)" in (tmp_path / "results.md").read_text()

@@ -28,7 +28,8 @@ from rlvr.train.logging import read_metrics
 
 FINAL_FRACTION = 0.1
 HIGHER = ("accuracy_after", "accuracy_gain", "final_reward")  # + pass@K, maj@K (added per report)
-LOWER = ("rollouts", "seconds")
+CALIBRATION = ("calibration/brier", "calibration/ece")  # of stated confidences (C3RL's claim): lower is better
+LOWER = ("rollouts", "seconds", *CALIBRATION)
 HELDOUT = "heldout/"  # eval keys of a training loop's own held-out measure (rlvr.optim.lure_eval), paired too
 PAIRED = ["accuracy_after", "final_reward"]  # + pass@K and subsets (added per report), then PAIRED_LAST; the
 # gain's difference equals the after-accuracy's when methods share the seed's warm start, so it is not repeated
@@ -117,13 +118,13 @@ def _metric_order(name: str) -> tuple[int, int, str]:
 
 def subset_metrics(records: list[dict[str, Any]], k: int | None) -> list[str]:
     """Per-subset greedy accuracy and pass@k that every finished run reports (e.g. the hard regime's),
-    then every ``heldout/…`` measure they all report."""
+    then every ``heldout/…`` measure and the calibration errors (Brier, ECE) they all report."""
     sets = [set(r.get("subsets") or {}) for r in records if r["status"] == "done"]
     common = set.intersection(*sets) if sets else set()
     names = sorted({m.split("/", 1)[1] for m in common})
     wanted = [f"greedy_accuracy/{n}" for n in names] + ([f"pass@{k}/{n}" for n in names] if k else [])
     own = sorted(m for m in common if m.startswith(HELDOUT))  # a training loop's own measure (LURE's capture)
-    return [m for m in wanted if m in common] + own
+    return [m for m in wanted if m in common] + own + [m for m in CALIBRATION if m in common]
 
 
 def largest_k(records: list[dict[str, Any]]) -> int | None:
@@ -285,7 +286,8 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-PAIRED_HEADERS = {"accuracy_after": "greedy acc.", "final_reward": "reward (final)", "seconds": "RL seconds"}
+PAIRED_HEADERS = {"accuracy_after": "greedy acc.", "final_reward": "reward (final)", "seconds": "RL seconds",
+                  "calibration/brier": "Brier (lower better)", "calibration/ece": "ECE (lower better)"}
 PAIRED_DIGITS = {"seconds": 1}  # decimals per metric (3 otherwise)
 
 
