@@ -95,3 +95,21 @@ def test_heldout_tasks_cover_every_level_and_come_from_their_own_stream():
     assert [t.prompt for t in tasks] != [t.prompt for t in heldout_tasks(env, "lure_arithmetic", 3, seed=1)]
     training = [env.task_at(4, random.Random(f"lure:{s}:{i}")).prompt for s in range(50) for i in range(8)]
     assert not {t.prompt for t in tasks if t.meta["level"] == 4} & set(training)  # 4-digit sums: no overlap
+
+
+def test_lure_mechanism_fires_once_the_pursuer_captures_some_tasks(tmp_path):
+    # The frontier reward and the progress credit need captures: on one-level axes (1-digit sums, 2-number
+    # countdown) a 200-step warm start captures some tasks, so within 3 steps some proposal's task is
+    # captured in some but not all of its M = 4 episodes (evader reward > 0) and pursuer steps get credit.
+    overrides = ["run.steps=3", "model.hidden=128", "model.layers=2", "model.heads=4",  # the preset's model
+                 "optim.params.env_params={lure_arithmetic: {levels: 1}, lure_countdown: {levels: 1}}",
+                 "optim.params.warm_start_steps=200", "optim.params.warm_start_batch=16", "optim.params.evader_group=2",
+                 "optim.params.captures_per_task=4", "optim.params.max_turns=4", "optim.params.turn_tokens=12",
+                 "optim.params.eval_tasks_per_level=0"]
+    trainer = make_trainer(tiny_config(tmp_path, overrides, path=PRESET))
+    trainer.train()
+    rows = read_metrics(tmp_path)
+    assert any(0.0 < r["lure/capture_rate"] < 1.0 for r in rows)
+    assert any(r["lure/evader_reward"] > 0.0 for r in rows)  # 1 - |2c - 1| > 0 needs 0 < c < 1 for a task
+    assert any(r["lure/credit_sum/lure_arithmetic"] > 0.0 or r["lure/credit_sum/lure_countdown"] > 0.0 for r in rows)
+    assert any(r["adv/abs_mean"] > 0.0 for r in rows)
