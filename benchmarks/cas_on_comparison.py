@@ -1,9 +1,9 @@
 """C3RL's second claim on the calibration comparison's trained models: CAS with *stated* confidences
 against majority voting at the same number of samples (METHODS.md §2.28).
 
-For every finished run of the given methods in an ``rlvr compare`` output folder, runs
-``rlvr eval <run>/final --strategy cas --confidence stated`` (held-out problems, a pool of ``--k``
-samples per problem) and prints one JSON line per run, then per method the paired difference
+For every finished run of the given methods in an ``rlvr compare`` output folder, evaluates
+``<run>/final`` as ``rlvr eval --strategy cas --confidence stated`` does (``evaluate_path``; held-out
+problems, a pool of ``--k`` samples per problem) and prints one JSON line per run, then per method the paired difference
 CAS − majority accuracy over seeds (mean, 95 % t half-width, sign-flip p, W/T/L) and CAS's mean samples.
 
     python benchmarks/cas_on_comparison.py runs/compare/calibration   # ~2 minutes on 1 thread
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+import torch
 
 KEYS = ("cas/accuracy", "cas/mean_samples", "majority/accuracy", "cas/stop_confident", "cas/stop_vote",
         "cas/stop_budget", "calibration/brier", "calibration/ece")
@@ -29,16 +29,18 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--tau-stop", type=float, default=0.9)
     ap.add_argument("--tau-vote", type=float, default=0.8)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     from rlvr.compare.stats import paired_difference
+    from rlvr.train.run import evaluate_path
+
+    cas = {"tau_stop": args.tau_stop, "tau_vote": args.tau_vote, "confidence": "stated", "max_extra": args.k - 1}
 
     rows = []
     for method in args.methods:
         for final in sorted(Path(args.folder, "runs", method).glob("seed*/final")):
-            cmd = [sys.executable, "-m", "rlvr.cli", "eval", str(final), "--problems", str(args.problems), "--k",
-                   str(args.k), "--strategy", "cas", "--tau-stop", str(args.tau_stop), "--tau-vote",
-                   str(args.tau_vote), "--confidence", "stated"]
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            out = evaluate_path(str(final), problems=args.problems, k=args.k, strategy="cas", cas=cas)
             row = {"method": method, "seed": int(final.parent.name[4:]), **{k: out[k] for k in KEYS}}
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -34,11 +34,13 @@ def main() -> None:
     group.add_argument("--first", type=int, default=0, help="average over the first N logged steps")
     group.add_argument("--last", type=int, default=0, help="average over the last N logged steps")
     args = ap.parse_args()
+    from rlvr.train.logging import read_metrics
+
     seeds = {}
     for run in sorted(Path(args.folder, "runs", args.method).glob("seed*")):
         if not (run / "metrics.jsonl").exists():
             continue
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows = read_metrics(run)
         seeds[run.name[4:]] = window_means(rows, args.metrics, args.first, args.last)
     window = f"first {args.first}" if args.first else f"last {args.last}" if args.last else "all steps"
     print(json.dumps({"folder": args.folder, "method": args.method, "window": window, "seeds": seeds}))

@@ -99,17 +99,23 @@ def test_comparison_file_baseline_and_default_seeds(tmp_path):
         load_compare(path)
 
 
+def _report(tmp_path, baseline: str, runs: list[tuple[str, int, float, dict]]):
+    """build_report over fake finished runs ``(method, seed, accuracy, extra eval keys)``: pass@1 is the
+    accuracy, pass@4 the accuracy + 0.2, 320 rollouts and 10 s each."""
+    listed = []
+    for method, seed, acc, extra in runs:
+        folder = tmp_path / "runs" / method / f"seed{seed}"
+        _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2, **extra},
+                  maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
+        listed.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
+    return build_report(tmp_path, listed, {"kind": "rollouts", "value": 320}, baseline=baseline)
+
+
 def test_subset_metrics_are_paired_and_do_not_break_the_pass_at_k_columns(tmp_path):
     # The hard regime's evaluation adds greedy_accuracy/<subset> and pass@k/<subset> keys.
-    runs = []
-    for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
-        for method, acc in (("grpo", b), ("new", b + d)):
-            folder = tmp_path / "runs" / method / f"seed{seed}"
-            hard = {"greedy_accuracy/hard": acc / 2, "pass@4/hard": acc / 4, "greedy_accuracy/base": acc}
-            _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2, **hard},
-                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
-            runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
-    results = build_report(tmp_path, runs, {"kind": "steps", "value": 20}, baseline="grpo")
+    results = _report(tmp_path, "grpo", [
+        (method, seed, acc, {"greedy_accuracy/hard": acc / 2, "pass@4/hard": acc / 4, "greedy_accuracy/base": acc})
+        for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)) for method, acc in (("grpo", b), ("new", b + d))])
     assert results["largest_k"] == 4 and list(results["runs"][0]["pass_at_k"]) == ["pass@1", "pass@4"]
     paired = results["paired"]
     assert paired["metrics"][-4:] == ["greedy_accuracy/base", "greedy_accuracy/hard", "pass@4/hard", "seconds"]
@@ -133,16 +139,10 @@ def test_threads_flag_overrides_the_files_run_threads(tmp_path):
 
 def test_a_training_loops_own_heldout_measure_is_paired(tmp_path):
     # LURE's evaluation adds heldout/... keys (its pursuit capture): paired like the task's metrics.
-    runs = []
-    for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
-        for method, acc in (("warm_only", b), ("lure", b + d)):
-            folder = tmp_path / "runs" / method / f"seed{seed}"
-            own = {"heldout/capture": acc / 2, "heldout/capture/lure_arithmetic": acc,
-                   "calibration/stated_frac": 1.0}
-            _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc + 0.2, **own},
-                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
-            runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
-    results = build_report(tmp_path, runs, {"kind": "rollouts", "value": 320}, baseline="warm_only")
+    results = _report(tmp_path, "warm_only", [
+        (method, seed, acc, {"heldout/capture": acc / 2, "heldout/capture/lure_arithmetic": acc,
+                             "calibration/stated_frac": 1.0})
+        for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)) for method, acc in (("warm_only", b), ("lure", b + d))])
     paired = results["paired"]
     assert paired["metrics"][-3:] == ["heldout/capture", "heldout/capture/lure_arithmetic", "seconds"]
     capture = paired["methods"]["lure"]["heldout/capture"]
@@ -152,15 +152,9 @@ def test_a_training_loops_own_heldout_measure_is_paired(tmp_path):
 
 def test_calibration_errors_are_paired_with_lower_as_better(tmp_path):
     # C3RL's claim is calibration: Brier and ECE of the stated confidences, paired; a drop is a win.
-    runs = []
-    for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)):
-        for method, acc, brier in (("grpo", b, 0.30), ("c3rl", b, 0.30 - d)):
-            folder = tmp_path / "runs" / method / f"seed{seed}"
-            cal = {"calibration/brier": brier, "calibration/ece": brier / 2, "calibration/stated_frac": 1.0}
-            _fake_run(folder, acc_before=0.1, acc_after=acc, passk={"pass@1": acc, "pass@4": acc, **cal},
-                      maj=acc, reward_tail=[acc, acc], entropy=1.0, length=10.0, rollouts=320, seconds=10.0)
-            runs.append({"method": method, "seed": seed, "status": "done", "run_dir": str(folder)})
-    results = build_report(tmp_path, runs, {"kind": "rollouts", "value": 320}, baseline="grpo")
+    results = _report(tmp_path, "grpo", [
+        (method, seed, b, {"calibration/brier": brier, "calibration/ece": brier / 2, "calibration/stated_frac": 1.0})
+        for seed, (b, d) in enumerate(zip(BASE_ACC, DIFFS)) for method, brier in (("grpo", 0.30), ("c3rl", 0.30 - d))])
     paired = results["paired"]
     assert paired["metrics"][-3:] == ["calibration/brier", "calibration/ece", "seconds"]
     brier = paired["methods"]["c3rl"]["calibration/brier"]

@@ -89,10 +89,10 @@ def test_heldout_tasks_cover_every_level_and_come_from_their_own_stream():
     from rlvr.optim.lure_eval import heldout_tasks
 
     env = build_env("lure_arithmetic")
-    tasks = heldout_tasks(env, "lure_arithmetic", 3, seed=0)
+    tasks = heldout_tasks(env, 3, seed=0)
     assert [t.meta["level"] for t in tasks] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
-    assert [t.prompt for t in tasks] == [t.prompt for t in heldout_tasks(env, "lure_arithmetic", 3, seed=0)]
-    assert [t.prompt for t in tasks] != [t.prompt for t in heldout_tasks(env, "lure_arithmetic", 3, seed=1)]
+    assert [t.prompt for t in tasks] == [t.prompt for t in heldout_tasks(env, 3, seed=0)]
+    assert [t.prompt for t in tasks] != [t.prompt for t in heldout_tasks(env, 3, seed=1)]
     training = [env.task_at(4, random.Random(f"lure:{s}:{i}")).prompt for s in range(50) for i in range(8)]
     assert not {t.prompt for t in tasks if t.meta["level"] == 4} & set(training)  # 4-digit sums: no overlap
 

@@ -28,9 +28,9 @@ from rlvr.types import Problem
 HELDOUT_SEED = 7_777_777  # the sampling seed of every held-out pursuit (the same for every policy)
 
 
-def heldout_tasks(env: LureEnvironment, name: str, tasks_per_level: int, seed: int) -> list[Problem]:
+def heldout_tasks(env: LureEnvironment, tasks_per_level: int, seed: int) -> list[Problem]:
     """``tasks_per_level`` tasks at each level 1..levels, from the held-out seed stream."""
-    out = []
+    name, out = env.registered_name, []
     for level in range(1, env.config.levels + 1):
         for j in range(tasks_per_level):
             task = env.task_at(level, random.Random(f"lure-heldout:{seed}:{name}:{level}:{j}"))
@@ -51,7 +51,7 @@ def pursuit_heldout(model: torch.nn.Module, tokenizer: Any, envs: dict[str, Lure
     progress: list[float] = []
     out: dict[str, float] = {}
     for k, (name, env) in enumerate(envs.items()):
-        tasks = heldout_tasks(env, name, tasks_per_level, seed)
+        tasks = heldout_tasks(env, tasks_per_level, seed)
         ctx = SampleContext(tokenizer=tokenizer, rollout=rollout, seed=HELDOUT_SEED + k)
         batch = pursuers[name].sample(model, tasks, samples, ctx)  # (len(tasks) * samples) episodes
         caught = [float(p.meta[EPISODE_KEY]["info"]["captured"]) for p in batch.problems]
