@@ -101,6 +101,11 @@ MODES["savings_off"] = [*MODES["savings"], "optim.skip_zero_rows=false", "optim.
 MODES["fixed_lora"] = [*MODES["fixed"], "model.lora.r=4", "model.lora.alpha=8", "optim.lr=1e-2"]  # a LoRA policy
 
 
+def _flat(state: dict) -> torch.Tensor:
+    """Every weight in one float32 vector (empty on a rank that receives no gathered state)."""
+    return torch.cat([v.detach().flatten().float() for v in state.values()]) if state else torch.zeros(0)
+
+
 def main(mode: str, out: str, overrides: list[str]) -> None:
     cfg = tiny_config(Path(out) / "run", [*MODES[mode], *overrides])
     if mode.startswith("run"):
@@ -110,15 +115,16 @@ def main(mode: str, out: str, overrides: list[str]) -> None:
         (Path(out) / f"rank{rank}.json").write_text(json.dumps({"summary": summary}))
         return
     trainer = Trainer(cfg)
+    init = _flat(trainer.sharding.model_state(trainer.policy))  # the weights before any update
     result = {"summary": trainer.train()} if mode in ("train", "stop") \
         else run_fixed(trainer, mask_cut=mode == "fixed_masked", savings=mode.startswith("savings"))
     # The full weights as one process holds them (every rank joins the gather of a sharded model;
     # under FSDP2 only the main process receives them).
     state = trainer.sharding.model_state(trainer.policy)
     params = {k: v.detach().double().sum().item() for k, v in state.items()}
-    flat = torch.cat([v.detach().flatten().float() for v in state.values()]) if state else torch.zeros(0)
+    flat = _flat(state)
     sharded = any(hasattr(p, "full_tensor") for p in trainer.policy.parameters())  # DTensor shards
-    result.update({"params": params, "flat": flat.tolist(), "world": trainer.acc.num_processes,
+    result.update({"params": params, "flat": flat.tolist(), "init": init.tolist(), "world": trainer.acc.num_processes,
                    "backend": trainer.sharding.name, "sharded": sharded})
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank{trainer.acc.process_index}.json").write_text(json.dumps(result))

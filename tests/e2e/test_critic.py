@@ -13,6 +13,7 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.tiny import tiny_config
+from tests.tolerance import assert_same_update
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 
@@ -124,8 +125,8 @@ def _launch(out: Path, nproc: int) -> list[dict]:
 def test_two_process_critic_update_equals_single_process(tmp_path):
     two, one = _launch(tmp_path / "two", 2), _launch(tmp_path / "one", 1)[0]
     assert two[0]["world"] == 2 and one["world"] == 1
-    diff = max(abs(a - b) for a, b in zip(two[0]["fixed"], one["fixed"], strict=True))
-    assert diff < 1e-5 and one["fixed"] != one["initial"]  # the same, non-trivial update
+    assert one["fixed"] != one["initial"]  # a non-trivial update, the same within float32 reordering
+    assert_same_update(two[0]["fixed"], one["fixed"], one["initial"])
     assert two[0]["trained"] == two[1]["trained"]  # ranks stay identical through a training step
     assert two[0]["trained"] != two[0]["fixed"]
 

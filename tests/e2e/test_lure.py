@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
+from rlvr.envs.lure import STEP_SEP, LureEnvironment
 from rlvr.optim.lure import LURETrainer
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
@@ -97,19 +100,43 @@ def test_heldout_tasks_cover_every_level_and_come_from_their_own_stream():
     assert not {t.prompt for t in tasks if t.meta["level"] == 4} & set(training)  # 4-digit sums: no overlap
 
 
-def test_lure_mechanism_fires_once_the_pursuer_captures_some_tasks(tmp_path):
-    # The frontier reward and the progress credit need captures: on one-level axes (1-digit sums, 2-number
-    # countdown) a 200-step warm start captures some tasks, so within 3 steps some proposal's task is
-    # captured in some but not all of its M = 4 episodes (evader reward > 0) and pursuer steps get credit.
-    overrides = ["run.steps=3", "model.hidden=128", "model.layers=2", "model.heads=4",  # the preset's model
-                 "optim.params.env_params={lure_arithmetic: {levels: 1}, lure_countdown: {levels: 1}}",
-                 "optim.params.warm_start_steps=200", "optim.params.warm_start_batch=16", "optim.params.evader_group=2",
-                 "optim.params.captures_per_task=4", "optim.params.max_turns=4", "optim.params.turn_tokens=12",
-                 "optim.params.eval_tasks_per_level=0"]
+@pytest.fixture
+def half_oracle_pursuit(monkeypatch):
+    """Every other pursuit episode plays the environment's own demonstration (the plan, then every
+    worked step and the answer in one turn: captured, progress 1) and the rest answer a wrong first
+    step (escaped, progress 0). Each task's M = 4 episodes are made one after another, so every
+    capture rate is exactly 1/2 whatever the policy samples: the mechanism fires by construction, on
+    any machine (no warm start has to reach a particular state)."""
+    made = itertools.count()
+    reset, step = LureEnvironment.reset, LureEnvironment.step
+
+    def oracle_reset(self, problem, seed):
+        self._oracle = next(made) % 2 == 0
+        return reset(self, problem, seed)
+
+    def oracle_step(self, action):
+        if self._turns == 0:  # the planner's turn: the oracle names the right plan
+            action = self.plan_of(self._problem) if self._oracle else action
+        else:
+            action = STEP_SEP.join(self.gold_steps(self._problem)) if self._oracle else "0+0=1"
+        return step(self, action)
+
+    monkeypatch.setattr(LureEnvironment, "reset", oracle_reset)
+    monkeypatch.setattr(LureEnvironment, "step", oracle_step)
+
+
+def test_lure_mechanism_fires_once_the_pursuer_captures_some_tasks(tmp_path, half_oracle_pursuit):
+    # The frontier reward and the progress credit need captures strictly between none and all of a task's
+    # M episodes; the half-oracle pursuit gives c = 1/2 for every task, so the evader reward is
+    # 1 - |2c - 1| = 1 > 0 for every valid proposal and captured episodes earn progress credit.
+    overrides = ["run.steps=2", "optim.params.warm_start_steps=10", "optim.params.warm_start_batch=8",
+                 "optim.params.evader_group=2", "optim.params.captures_per_task=4", "optim.params.max_turns=4",
+                 "optim.params.turn_tokens=12", "optim.params.eval_tasks_per_level=0"]
     trainer = make_trainer(tiny_config(tmp_path, overrides, path=PRESET))
     trainer.train()
     rows = read_metrics(tmp_path)
-    assert any(0.0 < r["lure/capture_rate"] < 1.0 for r in rows)
+    assert all(r["lure/capture_rate"] == 0.5 for r in rows)
     assert any(r["lure/evader_reward"] > 0.0 for r in rows)  # 1 - |2c - 1| > 0 needs 0 < c < 1 for a task
-    assert any(r["lure/credit_sum/lure_arithmetic"] > 0.0 or r["lure/credit_sum/lure_countdown"] > 0.0 for r in rows)
-    assert any(r["adv/abs_mean"] > 0.0 for r in rows)
+    assert all(r["lure/credit_sum/lure_arithmetic"] > 0.0 and r["lure/credit_sum/lure_countdown"] > 0.0
+               for r in rows)
+    assert all(r["adv/abs_mean"] > 0.0 for r in rows)
