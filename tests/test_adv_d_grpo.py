@@ -1,4 +1,4 @@
-"""D-GRPO (METHODS §2.21): golden planner/executor advantages, the reductions to grpo (tests 1),
+"""D-GRPO (docs/methods.md §2.21): golden planner/executor advantages, the reductions to grpo (tests 1),
 zero-mean executor advantages within a plan (test 2), tied plans (test 3), role masks, ids that are
 not contiguous, invariances, metrics and errors. Every expected number is derived in a comment."""
 

@@ -1,4 +1,4 @@
-"""C3RL: the confidence format, the reward table by hand (METHODS.md §2.28 (d)), the shaper on a batch."""
+"""C3RL: the confidence format, the reward table by hand (docs/methods.md §2.28 (d)), the shaper on a batch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GAR (METHODS.md §2.1): the closed-form output-layer gradient, the group-relative reward, anchor
+"""GAR (docs/methods.md §2.1): the closed-form output-layer gradient, the group-relative reward, anchor
 cosines, the anchor cache, and hidden states captured while decoding."""
 
 from __future__ import annotations

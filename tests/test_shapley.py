@@ -1,4 +1,4 @@
-"""Parallel Shapley (METHODS.md §2.20): exact values by hand, the permutation estimator, efficiency,
+"""Parallel Shapley (docs/methods.md §2.20): exact values by hand, the permutation estimator, efficiency,
 symmetry, null players, allocation, and the shaper on a multi-path batch."""
 
 from __future__ import annotations

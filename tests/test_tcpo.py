@@ -1,4 +1,4 @@
-"""TCPO turn-level credit (METHODS §2.16): golden three-turn trajectory, the section's tests, the
+"""TCPO turn-level credit (docs/methods.md §2.16): golden three-turn trajectory, the section's tests, the
 counterfactual replacement, the turn selector, and the one-turn reduction to grpo."""
 
 from __future__ import annotations

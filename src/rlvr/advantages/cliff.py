@@ -36,7 +36,7 @@ class CliffConfig(GRPOConfig):
 class Cliff(AdvantageEstimator):
     """First-mistake token advantages: positive on the correct prefix, negative from the mistake on.
 
-    Paper: "Cliff: first-mistake reward shaping" (arXiv id unknown; seed abstract, METHODS §2.3).
+    Paper: "Cliff: first-mistake reward shaping" (arXiv id unknown; seed abstract, docs/methods.md §2.3).
     This is a RECONSTRUCTION from the abstract; the reconstructed parts are
       * the form: a step function in the token index, cut at the first token ``m_i`` of the first
         wrong step (given by a teacher, ``inputs.first_mistake``; -1 = no mistake found);

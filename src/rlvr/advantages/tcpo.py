@@ -1,4 +1,4 @@
-"""TCPO: turn-level credit for verifier-guided multi-turn refinement (METHODS §2.16)."""
+"""TCPO: turn-level credit for verifier-guided multi-turn refinement (docs/methods.md §2.16)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class RIPO(PolicyLoss):
     """Riemannian Isometric Policy Optimization: a Fisher–Rao trust region instead of PPO's ratio box.
 
     Paper: "RIPO — Riemannian Isometric Policy Optimization" (seed abstract, arXiv id unknown);
-    METHODS §2.25. RECONSTRUCTION from the abstract, which has no formulas: reconstructed are the
+    docs/methods.md §2.25. RECONSTRUCTION from the abstract, which has no formulas: reconstructed are the
     distance (Fisher–Rao of the binary event {token, not token}), the radius ``fr_delta = 0.2``,
     the loss form ``ripo_mode`` (masked surrogate or clip) and ``mask_sides``.
 

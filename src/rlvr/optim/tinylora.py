@@ -1,6 +1,6 @@
 """TinyLoRA: adapters with a handful of trainable numbers, tied across layers and modules.
 
-RECONSTRUCTION (METHODS §2.23) of Morris et al. 2026 (arXiv:2602.04118; abstract only: "scaling
+RECONSTRUCTION (docs/methods.md §2.23) of Morris et al. 2026 (arXiv:2602.04118; abstract only: "scaling
 low-rank adapters to sizes as small as one parameter"). Each adapted linear layer W (out × in):
 
     W′ = W + U_r Σ_r (Σ_{i=1}^{u} v_i P_i) V_rᵀ

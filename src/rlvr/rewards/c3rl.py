@@ -71,7 +71,7 @@ def c3rl_reward(correct: Tensor, confidence: Tensor, stated: Tensor, answered: T
 class C3RL(RewardShaper):
     """C3RL reward: correctness + calibration of the stated confidence + reference-accuracy term.
 
-    Paper: C3RL, correctness and confidence calibration RL (arXiv:2607.01612), METHODS.md §2.28.
+    Paper: C3RL, correctness and confidence calibration RL (arXiv:2607.01612), docs/methods.md §2.28.
     The 0.9/0.1 correctness weights are SECONDARY; the calibration and reference terms are a
     RECONSTRUCTION from the abstract (every choice is a config option with METHODS' default).
 

@@ -120,7 +120,7 @@ class OMGRPO(RewardShaper):
     """OM-GRPO reward: soft consensus plus a contrast-augmented term from pairwise judgements.
 
     Paper: OM-GRPO, answer-masked label-free GRPO with soft consensus and a contrast-augmented
-    reward (seed abstract; title and arXiv id not known to us), METHODS.md §2.13.
+    reward (seed abstract; title and arXiv id not known to us), docs/methods.md §2.13.
 
     Equation: ``r_i = r_i^cons + η·(w_i − 0.5)`` with ``r_i^cons = (count(a_i) − 1)/(G − 1)``
     (leave-one-out; or ``count(a_i)/G``) and ``w_i`` the win rate of row i over P random pairs of

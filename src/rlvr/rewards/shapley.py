@@ -106,7 +106,7 @@ class ParallelShapley(RewardShaper):
     """Path-level Shapley credit for multi-path rollouts: each path's reward is its Shapley share.
 
     Paper: Parallel Shapley, path-level Shapley credit in multi-path reasoning (arXiv id unknown;
-    seed abstract), METHODS.md §2.20. PAPER-ABSTRACT; the utility, allocation and normalisation are a
+    seed abstract), docs/methods.md §2.20. PAPER-ABSTRACT; the utility, allocation and normalisation are a
     RECONSTRUCTION (every choice is a config option with METHODS' default where it gives one).
 
     Equation: paths j ∈ [P] of one rollout are players; ``v(S)`` = score of the answer aggregated from

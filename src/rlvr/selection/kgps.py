@@ -76,7 +76,7 @@ def expected_utility(mean: np.ndarray, var: np.ndarray, utility: str = "p(1-p)",
 class KGPS(Selector):
     """Prompt selection by posterior-expected training utility from a Kalman filter per prompt.
 
-    Paper: "KGPS: Kalman-guided prompt selection" (arXiv id unknown; seed abstract), METHODS §2.17.
+    Paper: "KGPS: Kalman-guided prompt selection" (arXiv id unknown; seed abstract), docs/methods.md §2.17.
     RECONSTRUCTION: the observation model (delta method on the logit of (k + ½)/(n + 1)), the
     process noise ``Q_t = q_0 + κ·u_t``, the utility and the selection rule are the METHODS forms.
 
