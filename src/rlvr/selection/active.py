@@ -58,7 +58,7 @@ class ActiveConfig:
 class ActiveSelection(Selector):
     """DE-Venus offline transitions D → D′ plus budgeted, score-weighted sampling from D′.
 
-    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), METHODS
+    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), docs/methods.md
     §2.2 ("Active Data Selection"; label correction from "Training-Time Supervision Refinement").
     RECONSTRUCTION: the scores, the instalment schedule and the correction rule are the team's
     reading (see rlvr.supervision.transitions).
