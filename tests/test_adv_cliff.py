@@ -1,4 +1,4 @@
-"""Cliff (docs/methods.md §2.3): the four METHODS tests as golden tests (step lengths [3, 4, 5] with k = 2;
+"""Cliff (docs/methods.md §2.3): the four tests listed there as golden tests (step lengths [3, 4, 5] with k = 2;
 no mistakes + mode group = grpo; replace has no positive suffix / negative prefix; padding is 0),
 the group-mode magnitudes, metrics, invariance and errors. Expected numbers are derived by hand in
 the comment above each assertion."""

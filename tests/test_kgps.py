@@ -78,7 +78,7 @@ def test_process_noise_follows_update_size():
 
 
 def test_unselected_variance_grows_linearly_and_static_without_noise():
-    # METHODS tests 2 and 3: a never-selected prompt's P = P_0 + Σ Q_t; κ = q0 = 0 → P only shrinks.
+    # docs/methods.md §2.17 tests 2 and 3: a never-selected prompt's P = P_0 + Σ Q_t; κ = q0 = 0 → P only shrinks.
     sel = KGPS(KGPSConfig(q0=0.05, kappa=1.0, pool_size=0))
     for t, kl in enumerate([0.1, 0.2, 0.0], 1):
         sel.observe(_feedback({"a": [1.0, 0.0]}, {"optim/policy_kl": kl}))

@@ -95,7 +95,7 @@ def test_all_identical_answers_give_r_one_and_zero_advantage(judge, eta, tok, po
 
 def test_pairing_agreeing_rows_is_the_old_nonzero_advantage():
     # The old rule (pairs: any, judge: self_certainty) on the same unanimous group ranks the rows by
-    # their mean log-prob, so GRPO gives them non-zero advantages: what METHODS test 2 forbids.
+    # their mean log-prob, so GRPO gives them non-zero advantages: what docs/methods.md §2.13 test 2 forbids.
     shaper = build("shaper", "om_grpo", contrast_pairs=6, judge="self_certainty", pairs="any")
     out = shaper(batch(["9"] * 4, [0] * 4, logprobs=logprob_rows([-1.0, -2.0, -0.5, -3.0])))
     assert _grpo_advantage(out).abs().max() > 1.0

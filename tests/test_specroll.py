@@ -98,7 +98,7 @@ def test_reflex_correction_never_exceeds_eps():
     assert torch.allclose(reflex_update(zero, toward, away, 1.0, 5.0), torch.tensor([[3.0, 0.0]]))
     gen = torch.Generator().manual_seed(1)
     delta = torch.zeros(64, 8)
-    for _ in range(50):  # METHODS test 3: ‖δ‖ ≤ ε after every update
+    for _ in range(50):  # docs/methods.md §2.11 test 3: ‖δ‖ ≤ ε after every update
         delta = reflex_update(delta, torch.randn(64, 8, generator=gen), torch.randn(64, 8, generator=gen), 0.7, 1.5)
         assert float(delta.norm(dim=-1).max()) <= 1.5 + 1e-5
 

@@ -1,7 +1,7 @@
 """CAS: confidence-based adaptive test-time scaling, and majority voting at the same sample budget.
 
 Paper: C3RL + CAS (arXiv:2607.01612), docs/methods.md §2.28. The procedure is a RECONSTRUCTION from
-the abstract; its thresholds are required options (METHODS lists no defaults).
+the abstract; its thresholds are required options (docs/methods.md §2.28 lists no defaults).
 
 Rule, per problem: draw one sample; if its confidence ``c ≥ tau_stop`` answer with it. Otherwise
 draw up to ``max_extra`` more, one at a time, and stop as soon as the confidence-weighted vote share

@@ -28,7 +28,7 @@ class LowConfidence(BatchFilter):
 
     Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), docs/methods.md §2.2
     ("Training-Time Supervision Refinement"). RECONSTRUCTION: the rule "drop a group if
-    confidence < τ_c" is the METHODS reading of the abstract.
+    confidence < τ_c" is the docs/methods.md §2.2 reading of the abstract.
 
     Confidence per row comes from ``meta["target_confidence"]`` (the ``de_venus`` shaper: 1 for
     gold, the majority's consensus for pseudo-labels) or, failing that, TTRL's ``meta["consensus"]``.

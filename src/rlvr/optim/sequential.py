@@ -66,7 +66,7 @@ class SequentialTrainer:
 
 @dataclass(frozen=True)
 class GRPOThenESConfig(ESConfig):
-    grpo_steps: int | None = param(None, "gradient (GRPO) steps S₁ before ES takes over (required, METHODS "
+    grpo_steps: int | None = param(None, "gradient (GRPO) steps S₁ before ES takes over (required, docs/methods.md "
                                          "§2.5); ES runs the rest of run.steps")
 
     def __post_init__(self) -> None:
