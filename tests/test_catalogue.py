@@ -22,6 +22,8 @@ def test_catalogue_lists_every_plugin_and_preset(tmp_path):
     for preset in (ROOT / "configs" / "methods").glob("*.yaml"):
         assert f"[`{preset.stem}`]" in text
     # a preset naming a plug-in shows up in that plug-in's row
-    (tmp_path / "mine.yaml").write_text("paper: x\nalgorithm:\n  loss: {name: ppo_clip}\n")
+    (tmp_path / "mine.yaml").write_text("paper: x\nrollout: {engine: hf}\nalgorithm:\n  loss: {name: ppo_clip}\n")
     row = next(line for line in render(tmp_path).splitlines() if line.startswith("| `ppo_clip` |"))
     assert row.endswith("| `mine` |")
+    row = next(line for line in render(tmp_path).splitlines() if line.startswith("| `hf` |"))
+    assert row.endswith("| `mine` |")  # a bare engine name counts too

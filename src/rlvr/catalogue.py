@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from rlvr.aggregation import AGGREGATION_MODES
 from rlvr.registry import KINDS, entries
 
 REGENERATE = "PYTHONPATH=src python -m rlvr.catalogue > docs/catalogue.md"
@@ -33,14 +34,19 @@ def preset_uses(folder: Path) -> dict[tuple[str, str], list[str]]:
     """``(kind, plug-in name) -> [preset names]`` for every ``{name: ...}`` spec in the presets."""
     uses: dict[tuple[str, str], list[str]] = {}
 
+    def note(kind: str, name: str, preset: str) -> None:
+        names = uses.setdefault((kind, name), [])
+        if preset not in names:
+            names.append(preset)
+
     def walk(node: Any, key: str | None, preset: str) -> None:
         if isinstance(node, dict):
             kind = _PRESET_KEYS.get(key or "")
             if kind is not None and isinstance(node.get("name"), str):
-                names = uses.setdefault((kind, node["name"]), [])
-                if preset not in names:
-                    names.append(preset)
+                note(kind, node["name"], preset)
             for k, v in node.items():
+                if k == "engine" and isinstance(v, str):  # rollout.engine is a bare name
+                    note("engine", v, preset)
                 walk(v, str(k), preset)
         elif isinstance(node, list):
             for v in node:
@@ -73,6 +79,9 @@ def render(presets_folder: Path | None = None) -> str:
             used = ", ".join(f"`{p}`" for p in uses.get((kind, e.name), []))
             lines.append(f"| `{e.name}` | {_cell(e.summary)} | {_cell(e.paper)} | {used} |")
         lines.append("")
+    lines += ["## aggregation modes", "",
+              "`algorithm.aggregation.mode`, separate from the per-token loss ([methods.md](methods.md) §0.2): "
+              + ", ".join(f"`{m}`" for m in AGGREGATION_MODES) + ".", ""]
     if folder.is_dir():
         lines += ["## presets", "", "| preset | paper |", "|---|---|"]
         for path in sorted(folder.glob("*.yaml")):
