@@ -1,5 +1,5 @@
 """C3RL's second claim on the calibration comparison's trained models: CAS with *stated* confidences
-against majority voting at the same number of samples (METHODS.md §2.28).
+against majority voting at the same number of samples (docs/methods.md §2.28).
 
 For every finished run of the given methods in an ``rlvr compare`` output folder, evaluates
 ``<run>/final`` as ``rlvr eval --strategy cas --confidence stated`` does (``evaluate_path``; held-out

@@ -1,4 +1,4 @@
-"""CAS (confidence-based adaptive sampling, METHODS.md §2.28) against majority voting at equal budgets.
+"""CAS (confidence-based adaptive sampling, docs/methods.md §2.28) against majority voting at equal budgets.
 
 On the testbed: the tiny model warm-started on arithmetic as in the quickstart (at least 400
 supervised steps, on until 20 % validation accuracy), ``--problems`` held-out problems, a pool of

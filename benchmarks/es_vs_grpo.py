@@ -1,4 +1,4 @@
-"""ES against GRPO on the arithmetic testbed: pass@k coverage, JS diversity, peak memory (METHODS §2.5).
+"""ES against GRPO on the arithmetic testbed: pass@k coverage, JS diversity, peak memory (docs/methods.md §2.5).
 
 One warm start (the quickstart's: >= 400 supervised steps until 20 % validation accuracy), saved
 once; then GRPO and ES each train from it in their own subprocess (so each one's peak resident

@@ -1,4 +1,4 @@
-"""Wall-clock overhead of GAR (METHODS.md §2.1) over the same GRPO step on the testbed.
+"""Wall-clock overhead of GAR (docs/methods.md §2.1) over the same GRPO step on the testbed.
 
 Two trainers share everything but the preset: ``configs/methods/grpo.yaml`` and
 ``configs/methods/gar.yaml`` (plain sampler keeping the output layer's inputs while decoding, GAR

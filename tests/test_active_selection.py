@@ -1,4 +1,4 @@
-"""Active data selection (DE-Venus offline transitions, METHODS §2.2): budgets, identity, scores, state."""
+"""Active data selection (DE-Venus offline transitions, docs/methods.md §2.2): budgets, identity, scores, state."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BPCO's length-adaptive GAE (METHODS §2.6): the verified toy, λ clamping and its count, Monte-Carlo
+"""BPCO's length-adaptive GAE (docs/methods.md §2.6): the verified toy, λ clamping and its count, Monte-Carlo
 returns, no whitening, and GAE's λ = 1 / V ≡ 0 reduction to reward-to-go. Expected numbers are
 derived by hand in the comment above each assertion."""
 

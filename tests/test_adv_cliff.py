@@ -1,4 +1,4 @@
-"""Cliff (METHODS §2.3): the four METHODS tests as golden tests (step lengths [3, 4, 5] with k = 2;
+"""Cliff (docs/methods.md §2.3): the four tests listed there as golden tests (step lengths [3, 4, 5] with k = 2;
 no mistakes + mode group = grpo; replace has no positive suffix / negative prefix; padding is 0),
 the group-mode magnitudes, metrics, invariance and errors. Expected numbers are derived by hand in
 the comment above each assertion."""
@@ -28,7 +28,7 @@ def run(inp: AdvantageInputs, name: str = "cliff", **params):
     return build("advantage", name, **params)(inp)
 
 
-# --- METHODS §2.3 test 1: step lengths [3, 4, 5], k = 2 → m = 3 ---------------------------------
+# --- docs/methods.md §2.3 test 1: step lengths [3, 4, 5], k = 2 → m = 3 ---------------------------------
 
 def test_golden_step_lengths_3_4_5_replace():
     # Steps occupy tokens 0..2, 3..6, 7..11; the 2nd step (1-based k = 2) is the first wrong one, so
@@ -56,7 +56,7 @@ def test_group_mode_magnitudes_scale_the_two_sides():
     torch.testing.assert_close(out, torch.tensor([[0.5 * s, -2 * s, -2 * s], [0.5 * s, 0.5 * s, -2 * s]]))
 
 
-# --- METHODS §2.3 test 2: no mistakes + mode group == grpo exactly ---------------------------------
+# --- docs/methods.md §2.3 test 2: no mistakes + mode group == grpo exactly ---------------------------------
 
 @pytest.mark.parametrize("params", [{}, {"scale": "batch"}, {"std_power": 0.0}, {"ddof": 0, "eps": 1e-4},
                                     {"singleton": "zero"}])
@@ -72,7 +72,7 @@ def test_no_mistake_group_mode_is_grpo_exactly(params):
     assert grpo.abs().sum() > 0  # the comparison is not between two zero tensors
 
 
-# --- METHODS §2.3 test 3: replace has no positive suffix token and no negative prefix token ------
+# --- docs/methods.md §2.3 test 3: replace has no positive suffix token and no negative prefix token ------
 
 def test_replace_signs_split_at_the_mistake():
     # Rows with m = 0, 2, 4, ∅ over T = 4, a_pos = 0.5, a_neg = 2:
@@ -87,7 +87,7 @@ def test_replace_signs_split_at_the_mistake():
     assert not (out[t >= m] > 0).any() and not (out[t < m] < 0).any()
 
 
-# --- METHODS §2.3 test 4: padding tokens have adv = 0 ----------------------------------------------
+# --- docs/methods.md §2.3 test 4: padding tokens have adv = 0 ----------------------------------------------
 
 @pytest.mark.parametrize("mode", ["group", "replace"])
 def test_padding_tokens_are_zero(mode):

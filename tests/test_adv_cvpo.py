@@ -1,4 +1,4 @@
-"""CVPO (METHODS §2.14): reductions to the parent, hand-derived variance factors, and the curriculum
+"""CVPO (docs/methods.md §2.14): reductions to the parent, hand-derived variance factors, and the curriculum
 selector (weights peak at p*, batch mean 1, EMA, deterministic selection, state)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""D-GRPO (METHODS §2.21): golden planner/executor advantages, the reductions to grpo (tests 1),
+"""D-GRPO (docs/methods.md §2.21): golden planner/executor advantages, the reductions to grpo (tests 1),
 zero-mean executor advantages within a plan (test 2), tied plans (test 3), role masks, ids that are
 not contiguous, invariances, metrics and errors. Every expected number is derived in a comment."""
 
@@ -85,7 +85,7 @@ def test_untagged_choices_without_role_mask():
     torch.testing.assert_close(planner, torch.tensor([-A, A, -A, A]), atol=1e-5, rtol=0)
 
 
-# --- METHODS test 1: M = 1 → GRPO on returns --------------------------------------------------
+# --- docs/methods.md §2.21 test 1: M = 1 → GRPO on returns --------------------------------------------------
 
 def test_m1_equals_grpo_golden():
     # Two states: group 0 returns (1, 0, 0, 0): mean 0.25, std sqrt((0.5625 + 3·0.0625)/3) = 0.5
@@ -126,7 +126,7 @@ def test_one_plan_per_state_executor_is_grpo():
     torch.testing.assert_close(out, torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5, rtol=0)
 
 
-# --- METHODS tests 2 and 3 ----------------------------------------------------------------------
+# --- docs/methods.md §2.21 tests 2 and 3 ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("norm", ["grpo", "none"])
 def test_executor_zero_mean_within_each_plan(norm):

@@ -1,4 +1,4 @@
-"""FADE (METHODS §2.29): golden values, the reduction to dr_grpo, sign-mass balance, the entropy
+"""FADE (docs/methods.md §2.29): golden values, the reduction to dr_grpo, sign-mass balance, the entropy
 schedule and its state, invariances and errors. Every expected number is derived by hand in the
 comment above it."""
 

@@ -28,7 +28,7 @@ def adv(name: str, inp: AdvantageInputs, **params) -> torch.Tensor:
 # --- grpo / dr_grpo ---------------------------------------------------------------------------
 
 def test_grpo_two_rows_golden():
-    # METHODS §1.1: G=2, r=(1,0): mean 0.5, unbiased sd = sqrt((0.25+0.25)/1) = 0.70711,
+    # docs/methods.md §1.1: G=2, r=(1,0): mean 0.5, unbiased sd = sqrt((0.25+0.25)/1) = 0.70711,
     # A = ±0.5/(0.70711 + 1e-6) = ±0.70711.
     out = adv("grpo", inputs([1.0, 0.0], [0, 0]))
     torch.testing.assert_close(out[:, 0], torch.tensor([R2, -R2]), atol=1e-5, rtol=0)

@@ -1,4 +1,4 @@
-"""MMPO (METHODS §2.15): golden moment weights (G = 8 table), the K = 2 reduction to dr_grpo,
+"""MMPO (docs/methods.md §2.15): golden moment weights (G = 8 table), the K = 2 reduction to dr_grpo,
 unbiasedness of the moment estimator, leave-one-out, invariances and errors. Every expected number
 is derived by hand in the comment above it."""
 

@@ -1,4 +1,4 @@
-"""SA-MRPO (METHODS §2.9): golden values, the sign flip, reductions to gdpo/grpo, invariances, state
+"""SA-MRPO (docs/methods.md §2.9): golden values, the sign flip, reductions to gdpo/grpo, invariances, state
 and errors. Every expected number is derived by hand in the comment above it."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def random_batch(seed: int, k: int, equal_saturation: bool = False) -> Advantage
 # --- golden values ----------------------------------------------------------------------------
 
 def test_sign_flip_weights_golden():
-    # METHODS §2.9: Â = (+1.0, −0.5); equal weights give +0.5. With s = (0.95, 0.2), γ = 1:
+    # docs/methods.md §2.9: Â = (+1.0, −0.5); equal weights give +0.5. With s = (0.95, 0.2), γ = 1:
     # raw = (0.05, 0.8), sum 0.85, w = 2·raw/0.85 = (0.117647, 1.882353);
     # A = 0.117647·1.0 − 1.882353·0.5 = −0.823529 < 0: the sign flips.
     w = saturation_weights(torch.tensor([0.95, 0.2], dtype=torch.float64), torch.ones(2), 1.0)

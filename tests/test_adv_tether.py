@@ -1,4 +1,4 @@
-"""TETHER (METHODS §2.8): the two ends of the tether (RLOO, pure critic), the explained-variance
+"""TETHER (docs/methods.md §2.8): the two ends of the tether (RLOO, pure critic), the explained-variance
 weight (hand-derived, and its 0 / 1 limits), the EMA and its state, and masking."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_golden_values(mode, kwargs, expected):
 
 
 @pytest.mark.parametrize("alpha, norm, weights, contributions", [
-    # METHODS §2.18 test 1, L = [10, 40]: per-token weight L^(α−1), trajectory weight L^α.
+    # docs/methods.md §2.18 test 1, L = [10, 40]: per-token weight L^(α−1), trajectory weight L^α.
     (0.0, None, [0.1, 0.025], [1.0, 1.0]),  # α = 0: 1/L (C = T^0 = 1)
     (0.5, 1.0, [10 ** -0.5, 40 ** -0.5], [10 ** 0.5, 40 ** 0.5]),  # [0.316, 0.158], [3.16, 6.32]
     (1.0, 1.0, [1.0, 1.0], [10.0, 40.0]),  # α = 1: no length weight

@@ -1,4 +1,4 @@
-"""Length bias of the L^(α−1) family (rlvr.analysis.length_bias, METHODS §2.18): golden weights,
+"""Length bias of the L^(α−1) family (rlvr.analysis.length_bias, docs/methods.md §2.18): golden weights,
 the two ends of the family, consistency with rlvr.aggregation, and the P1/P2 trade-off with exact
 expectations over a small discrete bandit run through the real ppo_clip loss and aggregation."""
 
@@ -21,7 +21,7 @@ L = torch.tensor([10, 40])
 
 
 @pytest.mark.parametrize("alpha, per_token, per_trajectory", [
-    # METHODS §2.18 test 1, L = [10, 40], no normaliser: per token L^(α−1), per trajectory L^α.
+    # docs/methods.md §2.18 test 1, L = [10, 40], no normaliser: per token L^(α−1), per trajectory L^α.
     (0.0, [0.1, 0.025], [1.0, 1.0]),  # 1/10, 1/40; 10^0 = 40^0 = 1
     (0.5, [0.316228, 0.158114], [3.162278, 6.324555]),  # 10^−½, 40^−½; 10^½, 40^½
     (1.0, [1.0, 1.0], [10.0, 40.0]),
@@ -91,7 +91,7 @@ def test_rows_sorted_by_length_and_errors():
         trajectory_weight(torch.tensor([2, 0]), 0.5)
 
 
-# --- P1 / P2 on a toy bandit (METHODS §2.18 test 3) -----------------------------------------------
+# --- P1 / P2 on a toy bandit (docs/methods.md §2.18 test 3) -----------------------------------------------
 # A three-step token bandit: vocabulary {a, b, <eos>}, position-dependent policy softmax(θ[t]),
 # a trajectory ends at <eos> (counted as a trained token) or after 3 tokens, so lengths are 1, 2, 3:
 # "E"; "aE", "bE"; and 12 of length 3 (two of {a,b}, then any of a, b, E): 15 trajectories, Σ π = 1.

@@ -1,4 +1,4 @@
-"""The std dial (rlvr.analysis.std_dial, METHODS §2.30): closed-form coefficients on (ḡ⁺ − ḡ⁻),
+"""The std dial (rlvr.analysis.std_dial, docs/methods.md §2.30): closed-form coefficients on (ḡ⁺ − ḡ⁻),
 the grpo estimator's std_power knob, and the identity against autograd gradients of the real
 rlvr objective on a tiny model. Every expected number is derived in the comment above it."""
 
@@ -22,7 +22,7 @@ from rlvr.types import LossInputs
 
 # --- closed forms -----------------------------------------------------------------------------
 
-# METHODS §2.30 table, G = 8: σ = sqrt(k(8 − k))/8; k=1: sqrt(7)/8 = 0.3307, σ² = 7/64 = 0.1094;
+# docs/methods.md §2.30 table, G = 8: σ = sqrt(k(8 − k))/8; k=1: sqrt(7)/8 = 0.3307, σ² = 7/64 = 0.1094;
 # k=2: sqrt(12)/8 = 0.4330, σ² = 12/64 = 0.1875; k=4: 4/8 = 0.5, σ² = 0.25; k=0, 8: all 0.
 TABLE_G8 = [(0, 0.0, 0.0), (1, 0.3307, 0.1094), (2, 0.4330, 0.1875), (4, 0.5000, 0.2500), (8, 0.0, 0.0)]
 

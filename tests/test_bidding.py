@@ -1,4 +1,4 @@
-"""The auto-bidding simulator (METHODS §2.21): hand-checked accounting, invariants on a fixed seed,
+"""The auto-bidding simulator (docs/methods.md §2.21): hand-checked accounting, invariants on a fixed seed,
 robust parsing, and D-GRPO's plan / role structure through the multi_turn sampler and the trainer."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PAC-Bayes / Occam bounds and Gumbel-max sampling (METHODS §2.23)."""
+"""PAC-Bayes / Occam bounds and Gumbel-max sampling (docs/methods.md §2.23)."""
 
 from __future__ import annotations
 

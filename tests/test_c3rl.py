@@ -1,4 +1,4 @@
-"""C3RL: the confidence format, the reward table by hand (METHODS.md §2.28 (d)), the shaper on a batch."""
+"""C3RL: the confidence format, the reward table by hand (docs/methods.md §2.28 (d)), the shaper on a batch."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _terms(correct, conf, stated, acc_ref, has_ref, **cfg):
 
 def test_reward_table_by_hand():
     # beta = alpha = 0.1, tau = 0.5, match at c >= 0.5; acc_ref 0.2 = hard, 0.8 = easy.
-    # row 0: correct, c=0.9, hard  -> 0.9 + 0.1 (format) + 0.1 (match) + 0.1 (gain)   = 1.2   (METHODS test 1)
+    # row 0: correct, c=0.9, hard  -> 0.9 + 0.1 (format) + 0.1 (match) + 0.1 (gain)   = 1.2   (docs/methods.md §2.28 test 1)
     # row 1: wrong,   c=0.1, easy  -> 0 + 0.1 + 0.1 (match: low c, wrong) - 0.1 (regr) = 0.1  (test 2)
     # row 2: wrong,   c=0.9, hard  -> 0.1 - 0.1 (mismatch) + 0                         = 0.0   (test 3)
     # row 3: wrong,   c=0.9, easy  -> 0.1 - 0.1 - 0.1                                  = -0.1  (test 3, easy)

@@ -2,7 +2,7 @@
 
 Every comparison file loads (every method builds), names presets that exist, pairs against a baseline,
 counts a rollout budget, has >= 5 seeds and says what it claims and measures; findings.md has a row for
-every seed method of METHODS.md (§2.1-2.30) and the four baselines, and every results file it cites exists.
+every seed method of docs/methods.md (§2.1-2.30) and the four baselines, and every results file it cites exists.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rlvr.presets import resolve_config
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "configs" / "compare").glob("*.yaml"))
 FINDINGS = ROOT / "docs" / "findings.md"
-# METHODS.md Part 2, in seed order (§2.1-2.30), and the Part 1 baselines the findings also judge.
+# docs/methods.md Part 2, in seed order (§2.1-2.30), and the Part 1 baselines the findings also judge.
 SEED_METHODS = ["GAR", "DE-Venus", "Cliff", "Outer prefixes", "ES vs GRPO", "BPCO", "LURE", "TETHER", "SA-MRPO",
                 "Hyper-ES", "SpecRoll", "Hi-TTRL", "OM-GRPO", "CVPO", "MMPO", "TCPO", "KGPS", "Length weighting",
                 "OC-GRPO", "Parallel Shapley", "D-GRPO", "Chess", "Progressive RLVR", "ARMOR", "RIPO", "TACO", "UP",

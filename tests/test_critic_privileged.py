@@ -1,4 +1,4 @@
-"""Privileged value functions (METHODS §2.8): the policy never receives a privileged token, and a
+"""Privileged value functions (docs/methods.md §2.8): the policy never receives a privileged token, and a
 baseline that reads privileged information leaves the policy gradient unbiased while lowering its
 variance (Monte Carlo on a toy bandit)."""
 

@@ -1,4 +1,4 @@
-"""DE-Venus online transforms (METHODS §2.2): mixed gold / pseudo rewards, low-confidence filter."""
+"""DE-Venus online transforms (docs/methods.md §2.2): mixed gold / pseudo rewards, low-confidence filter."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_mixed_batch_gold_kept_unlabelled_pseudo_labelled():
 
 
 def test_all_identical_pseudo_answers_give_reward_one_and_zero_advantage():
-    # METHODS §2.2 test 4: every answer "3" → r ≡ 1 → GRPO advantage 0.
+    # docs/methods.md §2.2 test 4: every answer "3" → r ≡ 1 → GRPO advantage 0.
     out = build("shaper", "de_venus")(batch([None], ["3"] * 4, [0.0] * 4, [0] * 4))
     assert out.rewards[:, 0].tolist() == [1.0] * 4
     adv = build("advantage", "grpo")(AdvantageInputs(rewards=out.rewards, mask=out.completion_mask,

@@ -1,4 +1,4 @@
-"""ES at scale (METHODS §1.9): the quadratic toy, seeded noise, fitness shaping, subsets, config."""
+"""ES at scale (docs/methods.md §1.9): the quadratic toy, seeded noise, fitness shaping, subsets, config."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ TARGET = (1.0, -1.0, 0.5)
 
 
 def _quadratic(theta: torch.Tensor) -> torch.Tensor:
-    """F(θ) = −‖θ − (1, −1, 0.5)‖² (METHODS §1.9 toy); ∇F(0) = 2·(1, −1, 0.5)."""
+    """F(θ) = −‖θ − (1, −1, 0.5)‖² (docs/methods.md §1.9 toy); ∇F(0) = 2·(1, −1, 0.5)."""
     return -((theta.double() - torch.tensor(TARGET, dtype=torch.float64)) ** 2).sum(-1)
 
 
@@ -29,7 +29,7 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
 # --- the quadratic toy --------------------------------------------------------------------------
 
 def test_quadratic_toy_matches_methods_cosine():
-    """METHODS §1.9 (verified): numpy default_rng(0) noise, N = 30, σ = 0.001, α = σ/2, θ = 0 → the
+    """docs/methods.md §1.9 (verified): numpy default_rng(0) noise, N = 30, σ = 0.001, α = σ/2, θ = 0 → the
     update has cosine ≈ 0.94 with ∇F. Independent numpy re-derivation of the same numbers:
         eps = default_rng(0).standard_normal((30, 3)); f = F(σ·eps)
         z = (f − f.mean())/(f.std() + 1e-8); u = (α/30)·Σ_k z_k eps_k
@@ -202,7 +202,7 @@ def test_registered_with_conventions_and_defaults():
     assert {"es", "grpo_then_es"} <= set(names("optimizer"))
     es = build("optimizer", "es")
     assert isinstance(es, ES) and es.config.sigma == 1e-3 and es.config.population == 30
-    assert es.config.step_size == 5e-4  # α = σ/2 by default (METHODS §1.9)
+    assert es.config.step_size == 5e-4  # α = σ/2 by default (docs/methods.md §1.9)
     assert build("optimizer", "es", alpha=0.01).config.step_size == 0.01
     assert isinstance(build("optimizer", "grpo_then_es", grpo_steps=10), GRPOThenES)
     with pytest.raises(RegistryError, match="unknown parameter"):

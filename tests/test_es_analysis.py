@@ -1,4 +1,4 @@
-"""Verifier-projected JS diversity and the functional-sparsity probe (METHODS §2.5)."""
+"""Verifier-projected JS diversity and the functional-sparsity probe (docs/methods.md §2.5)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def rollouts(rewards, groups, names=("acc",), token_rewards=None) -> Rollouts:
 # --- keep_groups_mask -------------------------------------------------------------------------
 
 def test_keep_groups_mask_dapo_examples():
-    # METHODS §1.3: [1,1,1,1] dropped (std 0), [1,0,1,1] kept (std 0.433 > 0).
+    # docs/methods.md §1.3: [1,1,1,1] dropped (std 0), [1,0,1,1] kept (std 0.433 > 0).
     scores = torch.tensor([1.0, 1, 1, 1, 1, 0, 1, 1])
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     assert keep_groups_mask(scores, groups).tolist() == [False] * 4 + [True] * 4

@@ -1,4 +1,4 @@
-"""GAR (METHODS.md §2.1): the closed-form output-layer gradient, the group-relative reward, anchor
+"""GAR (docs/methods.md §2.1): the closed-form output-layer gradient, the group-relative reward, anchor
 cosines, the anchor cache, and hidden states captured while decoding."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _mean_ce(w: torch.Tensor, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 # --- the analytic gradient ------------------------------------------------------------------------
 
 def test_hidden_gradient_equals_autograd():
-    # L = Σ_t CE(W h_t, y_t)/T  ⇒  ∂L/∂h_t = Wᵀ(softmax(W h_t) − e_{y_t})/T (METHODS test 1).
+    # L = Σ_t CE(W h_t, y_t)/T  ⇒  ∂L/∂h_t = Wᵀ(softmax(W h_t) − e_{y_t})/T (docs/methods.md §2.1 test 1).
     g = torch.Generator().manual_seed(0)
     w, h = torch.randn(5, 3, generator=g), torch.randn(4, 3, generator=g, requires_grad=True)
     y = torch.tensor([0, 4, 2, 2])
@@ -84,7 +84,7 @@ def test_chunking_and_truncation():
 # --- the reward -----------------------------------------------------------------------------------
 
 def test_group_relative_toy():
-    # METHODS test 2: passing cosines [0.8, 0.6, 0.7] → group mean 0.7 → rel [0.1, −0.1, 0]
+    # docs/methods.md §2.1 test 2: passing cosines [0.8, 0.6, 0.7] → group mean 0.7 → rel [0.1, −0.1, 0]
     # → reward 1 + 0.5·max(0, rel) = [1.05, 1.00, 1.00]; the failing row (cos 0.9) gets 0.
     cos = torch.tensor([0.8, 0.6, 0.7, 0.9])
     passing = torch.tensor([True, True, True, False])
@@ -94,7 +94,7 @@ def test_group_relative_toy():
 
 
 def test_single_passing_rollout_uses_the_absolute_cosine():
-    # METHODS test 3: one passing row in its group → m_g = 0, rel = c: 1 + 0.5·0.4 = 1.2; a negative
+    # docs/methods.md §2.1 test 3: one passing row in its group → m_g = 0, rel = c: 1 + 0.5·0.4 = 1.2; a negative
     # cosine (−0.3, other group) gives 1 + 0.5·max(0, −0.3) = 1.0. Groups are separate.
     cos = torch.tensor([0.4, 0.9, -0.3])
     reward, _ = gar_rewards(cos, torch.tensor([True, False, True]), torch.tensor([3, 3, 8]), 1.0, 0.5)
@@ -133,7 +133,7 @@ def _batch(tok, prompts: list[str], completions: list[str], problems: list[Probl
 
 
 def test_identical_tokens_give_cosine_one(policy, tok):
-    # METHODS test 4: a rollout whose tokens equal the anchor's (same prompt) has cos = 1; alone in its
+    # docs/methods.md §2.1 test 4: a rollout whose tokens equal the anchor's (same prompt) has cos = 1; alone in its
     # group → rel = 1 → reward 1 + 0.5·1 = 1.5. A different completion (row 1, own group) has cos < 1.
     prob = Problem(prompt="12+3=", answer="15", solution="12+3;15")
     batch = _batch(tok, ["12+3=", "12+3="], ["12+3;15", "7;15"], [prob, prob], [1.0, 1.0], [0, 1])
@@ -146,7 +146,7 @@ def test_identical_tokens_give_cosine_one(policy, tok):
 
 
 def test_anchor_cache_one_forward_per_prompt_and_anchor(policy, tok, monkeypatch):
-    # METHODS test 5: three rollouts of one prompt share one anchor forward; a second prompt adds one.
+    # docs/methods.md §2.1 test 5: three rollouts of one prompt share one anchor forward; a second prompt adds one.
     import rlvr.rewards.gar as gar_module
     calls = {"n": 0}
     original = gar_module.output_layer_inputs

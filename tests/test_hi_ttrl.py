@@ -98,7 +98,7 @@ def test_mh_kernel_leaves_the_power_distribution_invariant_exactly(alpha):
 
 
 def test_alpha_one_accepts_every_proposal():
-    # METHODS §2.12 test 2: α = 1 → q = p → log A = 0 for any pair of suffixes.
+    # docs/methods.md §2.12 test 2: α = 1 → q = p → log A = 0 for any pair of suffixes.
     lp_new, lp_old = torch.tensor(-1.3), torch.tensor(-0.2)
     assert mh_log_accept(1.0, lp_new, lp_new, lp_old, lp_old) == 0.0
     result = power_mh(ToyModel(), [ELL] * 200, alpha=1.0, steps=5, seed=0)
@@ -106,7 +106,7 @@ def test_alpha_one_accepts_every_proposal():
 
 
 def test_long_chains_match_the_power_distribution():
-    # METHODS §2.12 test 3: chains run long enough match p^α within total variation 0.02; the
+    # docs/methods.md §2.12 test 3: chains run long enough match p^α within total variation 0.02; the
     # starting draws from q (temperature 1/α) do not (so the steps matter).
     # 8000 chains: the sampling noise of the empirical TV is about 0.006.
     alpha, n = 2.0, 8_000

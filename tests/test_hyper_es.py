@@ -1,4 +1,4 @@
-"""Hyper-ES (METHODS §2.10): CMA-ES on a synthetic fitness, merge applied to a model, config errors."""
+"""Hyper-ES (docs/methods.md §2.10): CMA-ES on a synthetic fitness, merge applied to a model, config errors."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_plugin_registered_with_methods_defaults_and_errors():
     plugin = build("optimizer", "hyper_es")
     assert isinstance(plugin, HyperES)
     cfg = plugin.config
-    assert (cfg.dare_drop_p, cfg.ties_keep_rho, cfg.cma_sigma0) == (0.9, 0.2, 0.3)  # METHODS §2.10
+    assert (cfg.dare_drop_p, cfg.ties_keep_rho, cfg.cma_sigma0) == (0.9, 0.2, 0.3)  # docs/methods.md §2.10
     with pytest.raises(ValueError, match="coef_granularity"):
         build("optimizer", "hyper_es", coef_granularity="row")
     with pytest.raises(RegistryError, match="unknown parameter"):

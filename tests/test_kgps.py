@@ -1,4 +1,4 @@
-"""KGPS (METHODS §2.17): Kalman predict/update, expected utility, selection and state."""
+"""KGPS (docs/methods.md §2.17): Kalman predict/update, expected utility, selection and state."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _feedback(results: dict[str, list[float]], metrics: dict | None = None) -> d
 
 
 def test_predict_then_update_matches_methods_golden():
-    # METHODS §2.17 test 1: μ=0, P=1, Q=0.1 → P=1.1; k=6, n=8:
+    # docs/methods.md §2.17 test 1: μ=0, P=1, Q=0.1 → P=1.1; k=6, n=8:
     #   z = log(6.5/2.5) = 0.95551; p̃ = 6.5/9 = 0.72222; R = 1/(9·0.72222·0.27778) = 0.55385;
     #   K = 1.1/(1.1 + 0.55385) = 0.66512; μ' = 0.66512·0.95551 = 0.63553; P' = (1 − K)·1.1 = 0.36837.
     var = kalman_predict(1.0, 0.1)
@@ -78,7 +78,7 @@ def test_process_noise_follows_update_size():
 
 
 def test_unselected_variance_grows_linearly_and_static_without_noise():
-    # METHODS tests 2 and 3: a never-selected prompt's P = P_0 + Σ Q_t; κ = q0 = 0 → P only shrinks.
+    # docs/methods.md §2.17 tests 2 and 3: a never-selected prompt's P = P_0 + Σ Q_t; κ = q0 = 0 → P only shrinks.
     sel = KGPS(KGPSConfig(q0=0.05, kappa=1.0, pool_size=0))
     for t, kl in enumerate([0.1, 0.2, 0.0], 1):
         sel.observe(_feedback({"a": [1.0, 0.0]}, {"optim/policy_kl": kl}))
@@ -93,7 +93,7 @@ def test_unselected_variance_grows_linearly_and_static_without_noise():
 
 
 def test_expected_utility_derived_values():
-    # METHODS §2.17 (DERIVED, verified): E[p(1−p)] at μ=0 falls with P (0.2494 → 0.1514), at μ=3
+    # docs/methods.md §2.17 (DERIVED, verified): E[p(1−p)] at μ=0 falls with P (0.2494 → 0.1514), at μ=3
     # rises with P (0.0453 → 0.0779): uncertain easy/hard prompts get revisited.
     u = expected_utility(np.array([0.0, 0.0, 3.0, 3.0]), np.array([0.01, 4.0, 0.01, 4.0]))
     assert u == pytest.approx([0.2494, 0.1514, 0.0453, 0.0779], abs=1e-4)

@@ -1,4 +1,4 @@
-"""dppo_tv / dppo_kl: the METHODS §1.5 trust-region toy, golden values, reductions."""
+"""dppo_tv / dppo_kl: the docs/methods.md §1.5 trust-region toy, golden values, reductions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from rlvr.losses.dppo import DPPOBinaryKL, DPPOBinaryTV, DPPOConfig, DPPOKLConfig
 from rlvr.types import LossInputs
 
-# METHODS §1.5 toy: p_old = [.9, .9, .05, .05], p = [.95, .75, .35, .01], A = [+, −, +, −], δ = 0.2
+# docs/methods.md §1.5 toy: p_old = [.9, .9, .05, .05], p = [.95, .75, .35, .01], A = [+, −, +, −], δ = 0.2
 P_OLD = torch.tensor([[0.9, 0.9, 0.05, 0.05]])
 P = torch.tensor([[0.95, 0.75, 0.35, 0.01]])
 ADV = torch.tensor([[1.0, -1.0, 1.0, -1.0]])

@@ -65,7 +65,7 @@ def _seq_mean(x, mask):
 
 
 def test_on_policy_gradient_is_minus_a_grad_mean_logp():
-    """METHODS §1.4 test: on-policy, ∇L = −(1/S) Σ_i A_i ∇ mean_t log π (seq-mean-token-mean)."""
+    """docs/methods.md §1.4 test: on-policy, ∇L = −(1/S) Σ_i A_i ∇ mean_t log π (seq-mean-token-mean)."""
     logits, labels, mask, adv = _policy(0)
     logp = _logp(logits, labels)
     out = GSPO()(LossInputs(logprobs=logp, old_logprobs=logp.detach(), advantages=adv, mask=mask))

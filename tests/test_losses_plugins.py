@@ -1,4 +1,4 @@
-"""Every registered policy loss follows the plug-in conventions (DESIGN.md §4)."""
+"""Every registered policy loss follows the plug-in conventions (docs/design.md §4)."""
 
 from __future__ import annotations
 

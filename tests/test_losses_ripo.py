@@ -37,7 +37,7 @@ def _loss_and_grad(loss_fn, inputs):
 
 
 def test_ratio_bounds_match_the_methods_table():
-    # METHODS §2.25 (d), δ = 0.1: lo, hi = sin²(θ0 ∓ 0.05)/p0, angles clamped to [0, π/2].
+    # docs/methods.md §2.25 (d), δ = 0.1: lo, hi = sin²(θ0 ∓ 0.05)/p0, angles clamped to [0, π/2].
     # p0 = 0.5: θ0 = π/4, sin²(π/4 ± x) = (1 ± sin 2x)/2 → exactly 1 ± sin 0.1.
     # p0 = 0.001: θ0 = 0.031628 < 0.05 → lo = 0; hi = sin²(0.081628)/0.001 = 6.648.
     old_p = torch.tensor([0.001, 0.01, 0.1, 0.5, 0.9], dtype=torch.float64)

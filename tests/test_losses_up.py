@@ -111,7 +111,7 @@ def test_positive_branch_off_is_exactly_the_base(level, base):
 
 
 def test_token_level_grad_is_minus_a_grad_logp_on_positive_and_base_on_negative():
-    """METHODS §2.27 tests 1–2: per token, A > 0 → −A∇log π for any ratio; A ≤ 0 → ppo_clip's gradient."""
+    """docs/methods.md §2.27 tests 1–2: per token, A > 0 → −A∇log π for any ratio; A ≤ 0 → ppo_clip's gradient."""
     logits, labels, old, mask, adv = _policy(1)
     logp = _logp(logits, labels)
     out = UnboundedPositive()(LossInputs(logprobs=logp, old_logprobs=old, advantages=adv, mask=mask))
@@ -133,7 +133,7 @@ def test_token_level_grad_is_minus_a_grad_logp_on_positive_and_base_on_negative(
 @pytest.mark.parametrize("level,base,mode", [("token", PPOClip(), "token-mean"),
                                              ("sequence", GSPO(), "seq-mean-token-mean")])
 def test_on_policy_equals_base_in_value_and_gradient(level, base, mode):
-    """METHODS §2.27 test 3: with log π_old = log π every ratio is 1, so UP = base everywhere."""
+    """docs/methods.md §2.27 test 3: with log π_old = log π every ratio is 1, so UP = base everywhere."""
     logits, labels, _, mask, adv = _policy(2)
     old = _logp(logits, labels).detach()
     out, agg, grad = _grad(UnboundedPositive(UPConfig(level=level)), logits, labels, old, mask, adv, mode)

@@ -1,4 +1,4 @@
-"""LURE (METHODS §2.7): capture-frontier reward, monotone progress credit, capture-anchored returns with
+"""LURE (docs/methods.md §2.7): capture-frontier reward, monotone progress credit, capture-anchored returns with
 joint normalisation, the round anchor, the pursuit environments and the warm-start layout."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DARE and TIES merging (METHODS §2.10): golden values, reductions, unbiasedness."""
+"""DARE and TIES merging (docs/methods.md §2.10): golden values, reductions, unbiasedness."""
 
 from __future__ import annotations
 

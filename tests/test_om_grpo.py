@@ -26,7 +26,7 @@ def logprob_rows(means: list[float]) -> torch.Tensor:
 
 
 def test_soft_consensus_golden():
-    # METHODS §2.13 test 3: G = 4, answers {A, A, A, B}: leave-one-out (count − 1)/(G − 1) = [2/3, 2/3, 2/3, 0];
+    # docs/methods.md §2.13 test 3: G = 4, answers {A, A, A, B}: leave-one-out (count − 1)/(G − 1) = [2/3, 2/3, 2/3, 0];
     # inclusive count/G = [3/4, 3/4, 3/4, 1/4]. An unparsed row scores 0 either way.
     count, size = agreement_counts(["A", "A", "A", "B"], torch.zeros(4, dtype=torch.long))
     assert torch.allclose(soft_consensus(count, size), torch.tensor([2 / 3, 2 / 3, 2 / 3, 0.0]))
@@ -84,7 +84,7 @@ def _grpo_advantage(out):
 @pytest.mark.parametrize("judge", ["policy", "small_llm", "self_certainty"])
 @pytest.mark.parametrize("eta", [0.0, 0.2])
 def test_all_identical_answers_give_r_one_and_zero_advantage(judge, eta, tok, policy):
-    # METHODS §2.13 test 2, with DISTINCT log-probs (self-certainty would rank the rows) and judges
+    # docs/methods.md §2.13 test 2, with DISTINCT log-probs (self-certainty would rank the rows) and judges
     # that always prefer one side: a unanimous group has no disagreeing pair, so w = .5, r ≡ 1, A ≡ 0.
     params = {"judge_fn": "tests.test_om_grpo:judge_prefers_first"} if judge == "small_llm" else {}
     shaper = build("shaper", "om_grpo", contrast_pairs=6, contrast_eta=eta, judge=judge, **params)
@@ -95,7 +95,7 @@ def test_all_identical_answers_give_r_one_and_zero_advantage(judge, eta, tok, po
 
 def test_pairing_agreeing_rows_is_the_old_nonzero_advantage():
     # The old rule (pairs: any, judge: self_certainty) on the same unanimous group ranks the rows by
-    # their mean log-prob, so GRPO gives them non-zero advantages: what METHODS test 2 forbids.
+    # their mean log-prob, so GRPO gives them non-zero advantages: what docs/methods.md §2.13 test 2 forbids.
     shaper = build("shaper", "om_grpo", contrast_pairs=6, judge="self_certainty", pairs="any")
     out = shaper(batch(["9"] * 4, [0] * 4, logprobs=logprob_rows([-1.0, -2.0, -0.5, -3.0])))
     assert _grpo_advantage(out).abs().max() > 1.0

@@ -21,7 +21,7 @@ def batch(lengths, verdicts, groups) -> Rollouts:
 
 
 def test_penalty_golden_values_methods_1_3():
-    # METHODS §1.3: L_max = 8192, buffer 4096, factor 1: expected = 4096; L = 6144 → −(2048/4096) = −0.5;
+    # docs/methods.md §1.3: L_max = 8192, buffer 4096, factor 1: expected = 4096; L = 6144 → −(2048/4096) = −0.5;
     # L ≤ 4096 → 0; L = 8192 → −1; L = 10000 (past the cap) → bounded at −1, not −1.44.
     got = overlong_penalty(torch.tensor([4000, 4096, 6144, 8192, 10000]), 8192, 4096, 1.0)
     assert got.tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]

@@ -1,4 +1,4 @@
-"""Progressive RLVR parts (METHODS §2.23): TinyLoRA, k-bit quantisation, reverse-KL distillation."""
+"""Progressive RLVR parts (docs/methods.md §2.23): TinyLoRA, k-bit quantisation, reverse-KL distillation."""
 
 from __future__ import annotations
 

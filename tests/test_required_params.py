@@ -1,4 +1,4 @@
-"""Parameters METHODS.md marks *required* have no default: leaving one out is a clear error, and the
+"""Parameters docs/methods.md marks *required* have no default: leaving one out is a clear error, and the
 presets that use the plug-ins set them (issue 18, item 12)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parallel Shapley (METHODS.md §2.20): exact values by hand, the permutation estimator, efficiency,
+"""Parallel Shapley (docs/methods.md §2.20): exact values by hand, the permutation estimator, efficiency,
 symmetry, null players, allocation, and the shaper on a multi-path batch."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def _random_table(p: int, seed: int) -> list[float]:
 
 
 def test_three_path_toy_by_hand():
-    # METHODS test 1: v(S) = 1[0 ∈ S or 1 ∈ S] (path 1 duplicates path 0, path 2 useless).
+    # docs/methods.md §2.20 test 1: v(S) = 1[0 ∈ S or 1 ∈ S] (path 1 duplicates path 0, path 2 useless).
     # Weights |S|!(P−|S|−1)!/P! for P = 3: |S|=0 → 1/3, |S|=1 → 1/6, |S|=2 → 1/3.
     # φ_0: S=∅: 1·1/3; S={1}: 0; S={2}: 1·1/6; S={1,2}: 0 → 1/2; φ_1 = 1/2 by symmetry; φ_2: every
     # marginal is 0 → 0. Sum 1 = v(all) − v(∅).

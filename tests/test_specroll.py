@@ -1,4 +1,4 @@
-"""SpecRoll (METHODS.md §2.11): the acceptance rule on hand-made distributions, exactness against
+"""SpecRoll (docs/methods.md §2.11): the acceptance rule on hand-made distributions, exactness against
 plain decoding on a tiny model (greedy identity, chi-square on sampled tokens with bad heads),
 log-prob convention, Reflex's bound, the slow path's trigger and the heads' fit."""
 
@@ -44,7 +44,7 @@ def bad_heads(model, num_heads: int, scale: float = 4.0, seed: int = 5) -> Draft
     return heads
 
 
-REFLEX = {"reflex_eta": 0.5, "reflex_eps": 2.0}  # required with reflex (METHODS §2.11); the preset's values
+REFLEX = {"reflex_eta": 0.5, "reflex_eps": 2.0}  # required with reflex (docs/methods.md §2.11); the preset's values
 
 
 def spec_engine(model, heads: DraftHeads | None = None, **params) -> SpecRoll:
@@ -75,7 +75,7 @@ def test_verify_drafts_golden():
 
 
 def test_acceptance_rule_reproduces_target_distribution():
-    # METHODS §2.11 test 1: |V| = 5, fixed p, an unrelated q; 1e6 accept / resample draws match p.
+    # docs/methods.md §2.11 test 1: |V| = 5, fixed p, an unrelated q; 1e6 accept / resample draws match p.
     gen = torch.Generator().manual_seed(0)
     p = torch.tensor([0.4, 0.25, 0.2, 0.1, 0.05])
     q = torch.tensor([0.05, 0.1, 0.15, 0.3, 0.4])
@@ -98,7 +98,7 @@ def test_reflex_correction_never_exceeds_eps():
     assert torch.allclose(reflex_update(zero, toward, away, 1.0, 5.0), torch.tensor([[3.0, 0.0]]))
     gen = torch.Generator().manual_seed(1)
     delta = torch.zeros(64, 8)
-    for _ in range(50):  # METHODS test 3: ‖δ‖ ≤ ε after every update
+    for _ in range(50):  # docs/methods.md §2.11 test 3: ‖δ‖ ≤ ε after every update
         delta = reflex_update(delta, torch.randn(64, 8, generator=gen), torch.randn(64, 8, generator=gen), 0.7, 1.5)
         assert float(delta.norm(dim=-1).max()) <= 1.5 + 1e-5
 

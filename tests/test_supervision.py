@@ -1,4 +1,4 @@
-"""Supervision state (DE-Venus, METHODS §2.2): records, label correction, budgets, round trip."""
+"""Supervision state (DE-Venus, docs/methods.md §2.2): records, label correction, budgets, round trip."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TCPO turn-level credit (METHODS §2.16): golden three-turn trajectory, the section's tests, the
+"""TCPO turn-level credit (docs/methods.md §2.16): golden three-turn trajectory, the section's tests, the
 counterfactual replacement, the turn selector, and the one-turn reduction to grpo."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _inputs(scores: list[float], baselines: dict[int, float] | None = None, mask
 
 
 def test_golden_three_turn_trajectory():
-    # Scores [0.2, 0.1, 0.9], s_0 = 0, γ_h = 0.5 (METHODS test 2):
+    # Scores [0.2, 0.1, 0.9], s_0 = 0, γ_h = 0.5 (docs/methods.md §2.16 test 2):
     #   best_<j = [0, 0.2, 0.2]; c^R = [0.2, −0.1, 0.7];
     #   turn 2 does not improve (c^R ≤ 0); turn 3 is the first later new best (0.9 > 0.2):
     #   c^H_2 = 0.5^(3−2)·max(0, 0.9 − 0.2) = 0.35; c^H_1 = c^H_3 = 0 (they improve).
@@ -54,7 +54,7 @@ def test_golden_three_turn_trajectory():
 
 
 def test_monotone_improvement_has_positive_retro_credit_and_no_hindsight():
-    # METHODS test 1: [0.1, 0.4, 0.8] → c^R = [0.1, 0.3, 0.4] all > 0, c^H = 0.
+    # docs/methods.md §2.16 test 1: [0.1, 0.4, 0.8] → c^R = [0.1, 0.3, 0.4] all > 0, c^H = 0.
     assert retrospective_credit([0.1, 0.4, 0.8], 0.0) == pytest.approx([0.1, 0.3, 0.4])
     assert hindsight_credit([0.1, 0.4, 0.8], 0.0, 0.5) == [0.0, 0.0, 0.0]
     out = build("advantage", "tcpo", norm="none")(_inputs([0.1, 0.4, 0.8]))
@@ -85,7 +85,7 @@ def test_counterfactual_baseline_replaces_retrospective_credit():
 
 
 def test_one_turn_without_counterfactuals_is_grpo_on_the_score_gain():
-    # METHODS test 3: J = 1 → grpo on s_1 − s_0 (s_0 is a constant, so grpo on s_1), same ddof/eps.
+    # docs/methods.md §2.16 test 3: J = 1 → grpo on s_1 − s_0 (s_0 is a constant, so grpo on s_1), same ddof/eps.
     mask = torch.tensor([[True, True, False], [True, False, False], [True, True, True],
                          [True, False, False], [True, True, False]])
     s = torch.tensor([0.2, 0.7, 0.5, 1.0, 0.0])

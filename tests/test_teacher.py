@@ -1,4 +1,4 @@
-"""First-mistake teachers (METHODS §2.3): the arithmetic oracle, the step → token mapping with the
+"""First-mistake teachers (docs/methods.md §2.3): the arithmetic oracle, the step → token mapping with the
 char tokenizer, reply parsing, the HTTP LLM teacher against a local 127.0.0.1 server (good,
 malformed, unparsable, failing and slow replies), and the HF backend's fallback on a random model."""
 
@@ -84,7 +84,7 @@ class FixedTeacher(Teacher):
 
 
 def test_methods_golden_step_lengths_3_4_5():
-    # METHODS §2.3 test 1: steps of 3, 4, 5 tokens ("ab;", "cde;", "fghij"), k = 2 (1-based, i.e.
+    # docs/methods.md §2.3 test 1: steps of 3, 4, 5 tokens ("ab;", "cde;", "fghij"), k = 2 (1-based, i.e.
     # index 1) → m = 3, the first token of the second step.
     tok = build_char_tokenizer()
     ids, att = encode_rows(tok, ["ab;cde;fghij"], t=16)

@@ -49,7 +49,7 @@ def test_missing_or_bad_answer_mask_is_a_clear_error():
 
 
 def test_policy_gradient_is_exactly_zero_on_the_answer_span():
-    # METHODS §2.13 (d)1 through ppo_clip: d loss / d log π is −A·ρ (unclipped, ρ = 1) → 0 where A′ = 0.
+    # docs/methods.md §2.13 (d)1 through ppo_clip: d loss / d log π is −A·ρ (unclipped, ρ = 1) → 0 where A′ = 0.
     adv = AnswerMask()(WeightingInputs(advantages=ADV, mask=MASK, answer_mask=SPAN)).advantages
     logp = torch.full((2, 4), -1.0, requires_grad=True)
     loss = build("loss", "ppo_clip")(LossInputs(logprobs=logp, old_logprobs=torch.full((2, 4), -1.0),

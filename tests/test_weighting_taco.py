@@ -12,7 +12,7 @@ from rlvr.types import BatchError
 from rlvr.weighting import WeightingInputs
 from rlvr.weighting.taco import TACO, TACOConfig, tail_risk, tail_weights
 
-# The METHODS.md §2.26 (d) cases, α = 0.01, λ = 0.9 (ln α = −4.605170):
+# The docs/methods.md §2.26 (d) cases, α = 0.01, λ = 0.9 (ln α = −4.605170):
 #   p = 1e-3, H = 1.0 → r = 6.907755 − 1 − 4.605170 = 1.302585 > 0
 #                      → w = 1 − 0.9·(1 − e^{−1.302585}) = 1 − 0.9·(1 − 0.271828) = 0.344645
 #   p = 0.5,  H = 1.0 → r = 0.693147 − 1 − 4.605170 = −4.912023 ≤ 0 → w = 1

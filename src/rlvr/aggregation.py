@@ -1,4 +1,4 @@
-"""Loss aggregation: how a per-token loss (N, T) becomes one scalar (METHODS.md §0.2, §2.18).
+"""Loss aggregation: how a per-token loss (N, T) becomes one scalar (docs/methods.md §0.2, §2.18).
 
 | mode                     | scalar                                              |
 |--------------------------|-----------------------------------------------------|

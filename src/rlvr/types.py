@@ -1,4 +1,4 @@
-"""The data that flows through the pipeline (DESIGN.md §3).
+"""The data that flows through the pipeline (docs/design.md §3).
 
 Vocabulary: ``N`` sequences = ``B`` prompts × ``G`` completions, ``T`` padded completion
 length, ``P`` padded prompt length, ``K`` reward objectives. One mask polarity everywhere:

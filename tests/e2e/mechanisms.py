@@ -159,7 +159,7 @@ MECHANISMS: dict[str, list[Check]] = {
                       overrides=("rollout.group_size=8",))],
     "om_grpo": [Check("the policy judges disagreeing pairs",
                       lambda r, b: some(r, "reward/judge_calls") and not some(r, "reward/judge_error_frac")),
-                Check("unanimous groups: no pairs, zero advantage (METHODS §2.13 test 2)",
+                Check("unanimous groups: no pairs, zero advantage (docs/methods.md §2.13 test 2)",
                       _unanimous_steps_have_zero_advantage, overrides=("rollout.temperature=0.05",))],
     "c3rl": [Check("stated confidences make the calibration term vary",
                    lambda r, b: some(r, "reward/c3rl_stated_frac") and some(r, "reward/c3rl_calibration_std"),

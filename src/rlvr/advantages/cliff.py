@@ -36,7 +36,7 @@ class CliffConfig(GRPOConfig):
 class Cliff(AdvantageEstimator):
     """First-mistake token advantages: positive on the correct prefix, negative from the mistake on.
 
-    Paper: "Cliff: first-mistake reward shaping" (arXiv id unknown; seed abstract, METHODS §2.3).
+    Paper: "Cliff: first-mistake reward shaping" (arXiv id unknown; seed abstract, docs/methods.md §2.3).
     This is a RECONSTRUCTION from the abstract; the reconstructed parts are
       * the form: a step function in the token index, cut at the first token ``m_i`` of the first
         wrong step (given by a teacher, ``inputs.first_mistake``; -1 = no mistake found);
@@ -48,7 +48,7 @@ class Cliff(AdvantageEstimator):
       * ``mode='replace'``: ``adv[i,t] = c[i,t]`` for every row (a row with ∅ is all +a_pos,
         whatever its reward — the teacher's verdict replaces the outcome);
       * ``mode='group'``: ``adv[i,t] = |Â_i|·c[i,t]`` where a mistake was found, ``Â_i`` where not;
-        with a_pos = a_neg = 1 this is METHODS' ``|Â_i|·(±1)``.
+        with a_pos = a_neg = 1 this is the docs/methods.md §2.3 ``|Â_i|·(±1)``.
 
     Differs from grpo:
       * where a teacher located a first mistake, the row's advantage changes sign at that token

@@ -48,7 +48,7 @@ class CVPO(AdvantageEstimator):
     """Scale each row's critic advantage by its token value variance, differently for successes and failures.
 
     Paper: "CVPO: Curriculum-guided Value-variance Policy Optimization" (arXiv id unknown; seed
-    abstract, METHODS §2.14). RECONSTRUCTION throughout: the variance normaliser, the factor's
+    abstract, docs/methods.md §2.14). RECONSTRUCTION throughout: the variance normaliser, the factor's
     form, its clip range and the sign convention per reward type. The question-level curriculum
     is the ``curriculum`` selector.
 

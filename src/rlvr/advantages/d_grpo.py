@@ -52,7 +52,7 @@ class DGRPO(AdvantageEstimator):
     within each plan, each put on its own role's tokens.
 
     Paper: AIGB-R1, LLM auto-bidding with a Planner and an Executor trained by Decoupled GRPO
-    (seed abstract, METHODS §2.21; arXiv id unknown). A RECONSTRUCTION from the abstract: the
+    (seed abstract, docs/methods.md §2.21; arXiv id unknown). A RECONSTRUCTION from the abstract: the
     plan's value (mean of its returns), the normaliser at both levels (grpo / none), and the
     token assignment by role are the team's reading, exposed as Config options.
 

@@ -45,7 +45,7 @@ class FADE(AdvantageEstimator):
     Dr. GRPO advantages reweighted by prompt difficulty and by sign, on a schedule read from the
     batch entropy (explore ↔ exploit).
 
-    Paper: FADE, Focal Advantage with Dynamic Entropy (seed abstract, METHODS §2.29; arXiv id
+    Paper: FADE, Focal Advantage with Dynamic Entropy (seed abstract, docs/methods.md §2.29; arXiv id
     unknown). A RECONSTRUCTION throughout: the entropy → η map, the entropy target, the focal
     blend of hard and medium focus, and the negative-sign schedule are the team's reading of the
     abstract, exposed as Config options.

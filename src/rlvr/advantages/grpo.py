@@ -25,7 +25,7 @@ class GRPOConfig:
     singleton: str = param("raw", "a group of one row: 'raw' uses mean 0, std 1 (verl: A = score), "
                                   "'zero' gives A = 0")
     std_power: float = param(1.0, "the std dial beta: divide by (std + eps)**beta; 1 = GRPO, 0 = Dr. GRPO "
-                                  "(METHODS §2.30); ignored when scale='none'")
+                                  "(docs/methods.md §2.30); ignored when scale='none'")
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -45,7 +45,7 @@ class GRPO(AdvantageEstimator):
 
     Equation: ``A_i = (s_i − mean_g(s)) / (std_g(s) + eps)^β`` for every trained token of row i,
     with ``s_i`` the row's outcome score and g its group (``group_ids``, not assumed contiguous);
-    ``β = std_power`` is the std dial of Bay & Yearick (arXiv:2607.00152, METHODS §2.30): 1 = GRPO,
+    ``β = std_power`` is the std dial of Bay & Yearick (arXiv:2607.00152, docs/methods.md §2.30): 1 = GRPO,
     0 = Dr. GRPO; for binary rewards the update is σ^(2−β)(ḡ⁺ − ḡ⁻) (``rlvr.analysis.std_dial``).
 
     Differs from REINFORCE with a baseline:

@@ -43,7 +43,7 @@ class MMPO(AdvantageEstimator):
     Each prompt's centred rewards are scaled by the gradient weight of the expected time to first
     success truncated at K.
 
-    Paper: MMPO, multi-moment policy optimization (seed abstract, METHODS §2.15; arXiv id unknown).
+    Paper: MMPO, multi-moment policy optimization (seed abstract, docs/methods.md §2.15; arXiv id unknown).
     Objective ``J = E_x Σ_{m=1}^{K−1} c_m f_x^m`` with ``f_x = 1 − p_x`` (for c_m = 1 it is
     ``E[min(T, K)] − 1``); the gradient identity is DERIVED, and the estimator of the moments, the
     weights c_m and the reading of non-binary rewards are a RECONSTRUCTION (Config options).

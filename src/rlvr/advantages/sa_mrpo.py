@@ -50,7 +50,7 @@ class SAMRPO(AdvantageEstimator):
     Each objective is standardised within its group (GDPO), and its weight shrinks with how
     saturated it already is over the batch.
 
-    Paper: SA-MRPO, saturation-aware multi-reward advantage reweighting (seed abstract, METHODS §2.9;
+    Paper: SA-MRPO, saturation-aware multi-reward advantage reweighting (seed abstract, docs/methods.md §2.9;
     arXiv id unknown); baseline GDPO (arXiv:2601.05242). A RECONSTRUCTION from the abstract: the
     saturation formula s_k, the discount (1 − s_k)^γ and its normalisation to sum K, the base weights,
     the optional EMA and the optional whitening are the team's reading, exposed as Config options.

@@ -1,4 +1,4 @@
-"""TCPO: turn-level credit for verifier-guided multi-turn refinement (METHODS §2.16)."""
+"""TCPO: turn-level credit for verifier-guided multi-turn refinement (docs/methods.md §2.16)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class TCPOConfig:
 class TCPO(AdvantageEstimator):
     """Turn-level credit from reference comparisons: retrospective, hindsight and counterfactual.
 
-    Paper: TCPO, turn-level credit for verifier-guided multi-turn refinement (seed abstract, METHODS
+    Paper: TCPO, turn-level credit for verifier-guided multi-turn refinement (seed abstract, docs/methods.md
     §2.16; arXiv id unknown). Every formula is a RECONSTRUCTION from the abstract; the reconstructed
     choices (γ_h, which later turn pays hindsight, the normaliser, s_0) are Config options. The
     counterfactual turn selection and re-sampling happen in the ``multi_turn`` sampler (they need the

@@ -37,7 +37,7 @@ class TetherConfig:
 class Tether(AdvantageEstimator):
     """Interpolate the baseline between the leave-one-out group mean and the critic, by critic accuracy.
 
-    Paper: "Privileged Value Functions and TETHER" (arXiv id unknown; seed abstract, METHODS §2.8).
+    Paper: "Privileged Value Functions and TETHER" (arXiv id unknown; seed abstract, docs/methods.md §2.8).
     RECONSTRUCTION from the abstract: the weight rule (explained variance relative to the group
     baseline), the leave-one-out group baseline and the optional EMA of w.
 

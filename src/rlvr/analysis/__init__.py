@@ -1,6 +1,6 @@
 """Analysis tools: closed forms that explain what a knob does to the gradient (no training).
 
-* ``std_dial``: GRPO / Dr. GRPO / DAPO as one dial on the group reward std (METHODS.md §2.30).
+* ``std_dial``: GRPO / Dr. GRPO / DAPO as one dial on the group reward std (docs/methods.md §2.30).
 * ``length_bias``: per-trajectory gradient weight against length for the L^(α−1) family (§2.18).
 * ``diversity``: verifier-projected Jensen–Shannon diversity of a population of policies (§2.5).
 * ``sparsity``: the functional-sparsity probe, keeping the top-q fraction of an update (§2.5).

@@ -1,4 +1,4 @@
-"""PAC-Bayes / Occam compression bounds on the accuracy of a compressed policy (METHODS §2.23).
+"""PAC-Bayes / Occam compression bounds on the accuracy of a compressed policy (docs/methods.md §2.23).
 
 Setting. A hypothesis h (the base model, fixed before seeing any test data, plus an adapter of
 C bits under a prefix-free code fixed in advance) answers an i.i.d. test problem x. Sampling is

@@ -1,4 +1,4 @@
-"""Chess testbed diagnostics (METHODS §2.22, harness RECONSTRUCTION).
+"""Chess testbed diagnostics (docs/methods.md §2.22, harness RECONSTRUCTION).
 
 * ``correct_move_rate``: a Monte-Carlo estimate of π(correct move | puzzle), the fraction of
   sampled completions whose final move the verifier accepts (the trace is marginalised out);

@@ -1,4 +1,4 @@
-"""Verifier-projected Jensen–Shannon diversity of a population of policies (METHODS §2.5).
+"""Verifier-projected Jensen–Shannon diversity of a population of policies (docs/methods.md §2.5).
 
 RECONSTRUCTION (the paper is abstract-only): member k's behaviour on prompt x is projected through
 the verifier onto a small outcome space 𝒜 — ``binary`` = {correct, incorrect}, i.e.

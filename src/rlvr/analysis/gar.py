@@ -1,4 +1,4 @@
-"""GAR's signal taken apart: prediction error × activation at the output layer (METHODS.md §2.1).
+"""GAR's signal taken apart: prediction error × activation at the output layer (docs/methods.md §2.1).
 
 For a response with output-layer inputs ``h_t`` (T, H) and tokens ``y_t``, the mean cross-entropy
 ``L = Σ_t CE(W h_t, y_t)/T`` has

@@ -1,4 +1,4 @@
-"""Length bias of a loss aggregation: how much gradient weight each trajectory gets (METHODS.md §2.18).
+"""Length bias of a loss aggregation: how much gradient weight each trajectory gets (docs/methods.md §2.18).
 
 Paper: Ding et al., length-weighting impossibility (viXra:2605.0117, abstract only): under an outcome
 reward no per-token length weighting ``f(L)`` is both (P1) an unbiased policy-gradient estimator and
@@ -80,7 +80,7 @@ def length_bias_report(lengths: Tensor, *, alpha: float | None = None, mode: str
                        norm: float | None = None, horizon: int | None = None) -> LengthBiasReport:
     """Weights vs length for the family at ``alpha`` or for an aggregation ``mode``.
 
-    With ``alpha`` alone: ``L^(α−1)/norm`` per token (norm default 1, as METHODS §2.18 test 1). With
+    With ``alpha`` alone: ``L^(α−1)/norm`` per token (norm default 1, as docs/methods.md §2.18 test 1). With
     ``mode``: the weights ``rlvr.aggregation.token_weights`` gives a batch of these lengths (padded
     to ``horizon``, default max L), so normalisers (1/N, C, the token count) are included exactly.
     """

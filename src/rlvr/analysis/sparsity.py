@@ -1,4 +1,4 @@
-"""Functional-sparsity probe (METHODS §2.5, RECONSTRUCTION): how much of an update's reward gain
+"""Functional-sparsity probe (docs/methods.md §2.5, RECONSTRUCTION): how much of an update's reward gain
 the largest-magnitude fraction q of its entries carries.
 
     Δ = θ − θ_0,   θ_q = θ_0 + Δ ⊙ 1[|Δ| ≥ t_q],   t_q = the ⌈q·n⌉-th largest |Δ|

@@ -1,6 +1,6 @@
-"""The std dial: GRPO, Dr. GRPO and DAPO as one knob on the group reward std (METHODS.md §2.30).
+"""The std dial: GRPO, Dr. GRPO and DAPO as one knob on the group reward std (docs/methods.md §2.30).
 
-Paper: Bay & Yearick (arXiv:2607.00152), summarised in METHODS §2.30 as "GRPO / Dr. GRPO / DAPO
+Paper: Bay & Yearick (arXiv:2607.00152), summarised in docs/methods.md §2.30 as "GRPO / Dr. GRPO / DAPO
 as one dial — the group-standard-deviation identity" (abstract only; the identity below is DERIVED).
 
 Binary rewards, k correct of G, ``p = k/G``, population std ``σ = sqrt(p(1 − p)) = sqrt(k(G − k))/G``.

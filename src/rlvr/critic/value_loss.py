@@ -1,4 +1,4 @@
-"""Value targets and the clipped value loss (METHODS §1.6); pure tensor math."""
+"""Value targets and the clipped value loss (docs/methods.md §1.6); pure tensor math."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The value model: a causal-LM backbone with a scalar head, V(s_t) for every completion token.
 
-``values[i, t]`` is the critic's estimate for the state *before* completion token ``t`` (METHODS
+``values[i, t]`` is the critic's estimate for the state *before* completion token ``t`` (docs/methods.md
 §0.1): the hidden state at the position that predicts token ``t``, i.e. the prompt's last token for
 ``t = 0``. Positions count real tokens only, as in generation and in ``sequence_logprobs``.
 """

@@ -1,7 +1,7 @@
 """The critic's view of a problem: the policy's prompt, or a privileged one (PVF, BPCO+Ans/+Sol).
 
 A baseline may depend on anything except the scored action, so the critic may read the reference
-answer or worked solution while the policy never does (METHODS §2.8). The privileged prompt is
+answer or worked solution while the policy never does (docs/methods.md §2.8). The privileged prompt is
 built here, from ``Problem`` fields, and only ever fed to the value model: the policy's
 ``Rollouts.prompt_ids`` come from the sampler, which never sees this template.
 """

@@ -1,6 +1,6 @@
 """Auto-bidding over one day of impression opportunities: a planner paces the budget, an executor bids.
 
-A small simulator in the spirit of AIGB-R1 (METHODS §2.21; the paper's simulator is not public, so
+A small simulator in the spirit of AIGB-R1 (docs/methods.md §2.21; the paper's simulator is not public, so
 this one is the team's own, documented here). One advertiser with a budget ``B`` and a target cost
 per acquisition ``C`` faces a day of ``P`` periods with ``K`` impression opportunities each.
 Impression i has a conversion probability ``q_i`` (its value) and a market price ``c_i`` (the
@@ -194,7 +194,7 @@ class AutoBiddingTaskConfig(TaskConfig):
 
 @register("task", "auto_bidding")
 class AutoBiddingTask(Task):
-    """Advertiser days for the ``auto_bidding`` environment (AIGB-R1 / D-GRPO, METHODS §2.21).
+    """Advertiser days for the ``auto_bidding`` environment (AIGB-R1 / D-GRPO, docs/methods.md §2.21).
 
     Prompt ``budget 12 cpa 5 load 0.8,1.3 plan:`` (``load``: each period's price level, public).
     Differs from arithmetic-style tasks:

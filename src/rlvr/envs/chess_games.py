@@ -1,4 +1,4 @@
-"""Chess games for the pretraining-to-RL testbed (METHODS §2.22): positions, a 1-ply engine, game text.
+"""Chess games for the pretraining-to-RL testbed (docs/methods.md §2.22): positions, a 1-ply engine, game text.
 
 Everything here is deterministic given a ``random.Random``. Positions are sparse random endgames
 (two kings, a white queen or rook, and ``extra`` random pieces), which keeps mate-in-one and

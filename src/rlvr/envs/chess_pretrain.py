@@ -1,4 +1,4 @@
-"""The chess pipeline (METHODS §2.22): pretrain a tiny LM on game text → SFT on reasoning traces → RLVR.
+"""The chess pipeline (docs/methods.md §2.22): pretrain a tiny LM on game text → SFT on reasoning traces → RLVR.
 
 ``run_pipeline`` runs the three stages for one model size and pretraining budget and returns what
 ``rlvr.analysis.chess`` relates: pretraining loss and tokens, accuracy after SFT and after RL, the

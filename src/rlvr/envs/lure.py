@@ -1,4 +1,4 @@
-"""LURE pursuit environments (METHODS §2.7): a task at an evader-chosen difficulty, solved by a
+"""LURE pursuit environments (docs/methods.md §2.7): a task at an evader-chosen difficulty, solved by a
 planner–executor pursuer step by step under a verifier of progress.
 
 An episode: ``reset`` shows the task prompt; turn 1 is the **planner**'s (a plan: the sub-goals it

@@ -1,4 +1,4 @@
-"""LURE's credit (METHODS §2.7, RECONSTRUCTION): the evader's capture-frontier reward, the pursuer's
+"""LURE's credit (docs/methods.md §2.7, RECONSTRUCTION): the evader's capture-frontier reward, the pursuer's
 capture-anchored monotone progress credit with joint group normalisation, and the round anchor.
 
 Pure math on numbers and tensors; ``rlvr.optim.lure`` wires it into the self-play loop.

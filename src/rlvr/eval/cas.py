@@ -1,7 +1,7 @@
 """CAS: confidence-based adaptive test-time scaling, and majority voting at the same sample budget.
 
-Paper: C3RL + CAS (arXiv:2607.01612), METHODS.md §2.28. The procedure is a RECONSTRUCTION from
-the abstract; its thresholds are required options (METHODS lists no defaults).
+Paper: C3RL + CAS (arXiv:2607.01612), docs/methods.md §2.28. The procedure is a RECONSTRUCTION from
+the abstract; its thresholds are required options (docs/methods.md §2.28 lists no defaults).
 
 Rule, per problem: draw one sample; if its confidence ``c ≥ tau_stop`` answer with it. Otherwise
 draw up to ``max_extra`` more, one at a time, and stop as soon as the confidence-weighted vote share
@@ -40,7 +40,7 @@ class CASConfig:
     def __post_init__(self) -> None:
         missing = [n for n in ("tau_stop", "tau_vote", "max_extra") if getattr(self, n) is None]
         if missing:
-            raise ValueError(f"cas: {missing} are required (METHODS.md §2.28 gives no defaults)")
+            raise ValueError(f"cas: {missing} are required (docs/methods.md §2.28 gives no defaults)")
         if self.max_extra < 0:
             raise ValueError(f"cas: max_extra must be >= 0, got {self.max_extra}")
         if self.confidence not in CONFIDENCE_SOURCES:

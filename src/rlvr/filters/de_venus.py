@@ -15,7 +15,7 @@ from rlvr.types import BatchError, Rollouts
 @dataclass(frozen=True)
 class LowConfidenceConfig:
     tau_c: float | None = param(None, "drop a group when its target confidence is below τ_c "
-                                      "(required: METHODS §2.2 lists no default; 0 keeps every group)")
+                                      "(required: docs/methods.md §2.2 lists no default; 0 keeps every group)")
 
     def __post_init__(self) -> None:
         if self.tau_c is None or not 0.0 <= self.tau_c <= 1.0:
@@ -26,9 +26,9 @@ class LowConfidenceConfig:
 class LowConfidence(BatchFilter):
     """Refinement-filter: keep a group iff the confidence of its target is at least τ_c.
 
-    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), METHODS §2.2
+    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), docs/methods.md §2.2
     ("Training-Time Supervision Refinement"). RECONSTRUCTION: the rule "drop a group if
-    confidence < τ_c" is the METHODS reading of the abstract.
+    confidence < τ_c" is the docs/methods.md §2.2 reading of the abstract.
 
     Confidence per row comes from ``meta["target_confidence"]`` (the ``de_venus`` shaper: 1 for
     gold, the majority's consensus for pseudo-labels) or, failing that, TTRL's ``meta["consensus"]``.

@@ -64,7 +64,7 @@ class OCGRPOLoss(PolicyLoss):
     """OC-GRPO's importance-corrected objective for rollouts generated under a guided context.
 
     Paper: "OC-GRPO: Off-Context GRPO" (seed abstract; arXiv id unknown); the correction's form is a
-    RECONSTRUCTION (METHODS.md §2.19) after Guide-GRPO (arXiv:2506.13923).
+    RECONSTRUCTION (docs/methods.md §2.19) after Guide-GRPO (arXiv:2506.13923).
 
     Equation, with ``rho = exp(log pi_theta(y_t|x, y_<t) − log pi_old(y_t|x, h, y_<t))`` (behaviour
     log-probs from the hint sampler):
@@ -110,7 +110,7 @@ class ARMORLoss(PolicyLoss):
     """ARMOR's mixed optimisation: PPO-clip on policy rows, truncated IS on reference anchors.
 
     Paper: "ARMOR: Anchor Rollout + Mixed Optimization" (seed abstract; arXiv id unknown);
-    RECONSTRUCTION (METHODS.md §2.24). Use with the ``anchor`` sampler and ``kl_coef: 0`` (the
+    RECONSTRUCTION (docs/methods.md §2.24). Use with the ``anchor`` sampler and ``kl_coef: 0`` (the
     anchors replace the KL term).
 
     Equation, with ``rho_anc = exp(log pi_theta − log pi_ref)`` on anchor tokens:

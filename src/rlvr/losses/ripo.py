@@ -23,7 +23,7 @@ class RIPOConfig:
                                  "(0.2 ~ PPO's +-0.2 at p_old = 0.5; RECONSTRUCTION default)")
     ripo_mode: str = param("masked", "'masked': -A*ratio*sg(valid) (DPPO-style); 'clip': PPO max/clip with the "
                                      "probability-dependent ratio bounds (RECONSTRUCTION; masked is the default)")
-    mask_sides: str = param("both", "masked mode: 'both' = drop tokens outside the region either way (METHODS "
+    mask_sides: str = param("both", "masked mode: 'both' = drop tokens outside the region either way (docs/methods.md §2.25 "
                                     "'valid iff d_FR <= delta'); 'advantage' = only bound the move A favours (DPPO)")
     log_ratio_clamp: float = param(20.0, "clamp log pi - log pi_old to +-this before exp (verl: 20)")
 
@@ -62,7 +62,7 @@ class RIPO(PolicyLoss):
     """Riemannian Isometric Policy Optimization: a Fisher–Rao trust region instead of PPO's ratio box.
 
     Paper: "RIPO — Riemannian Isometric Policy Optimization" (seed abstract, arXiv id unknown);
-    METHODS §2.25. RECONSTRUCTION from the abstract, which has no formulas: reconstructed are the
+    docs/methods.md §2.25. RECONSTRUCTION from the abstract, which has no formulas: reconstructed are the
     distance (Fisher–Rao of the binary event {token, not token}), the radius ``fr_delta = 0.2``,
     the loss form ``ripo_mode`` (masked surrogate or clip) and ``mask_sides``.
 

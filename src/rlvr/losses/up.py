@@ -55,7 +55,7 @@ class UnboundedPositive(PolicyLoss):
     """Unbounded Positive (UP): the stop-gradient anchor for A > 0, the base clip for A ≤ 0.
 
     Paper: "UP — Unbounded Positive asymmetric optimization" (seed abstract, arXiv id unknown);
-    METHODS §2.27. The abstract gives no formula; the equation below is DERIVED from its
+    docs/methods.md §2.27. The abstract gives no formula; the equation below is DERIVED from its
     "anchoring to the current policy via the stop-gradient operator" and matches the UP-GRPO
     blog's "positive advantages drop IS and clipping" (SECONDARY).
 

@@ -1,7 +1,7 @@
-"""Evolution strategies at scale (METHODS §1.9): seeded perturbations, z-scored fitness, no backprop.
+"""Evolution strategies at scale (docs/methods.md §1.9): seeded perturbations, z-scored fitness, no backprop.
 
 The math lives here as plain functions on parameter lists (``es_step`` is the OPT hook
-``step(theta, fitness_fn)`` of METHODS §0.3); ``rlvr.optim.es_trainer`` wraps it in a training loop
+``step(theta, fitness_fn)`` of docs/methods.md §0.3); ``rlvr.optim.es_trainer`` wraps it in a training loop
 with a verifier-reward fitness, and the ``es`` plug-in builds that loop from a run config.
 """
 
@@ -215,7 +215,7 @@ class ES(OptimizerPlugin):
     """Evolution strategies on the weights: seeded Gaussian perturbations scored by verifier reward.
 
     Paper: Qiu et al., "Evolution Strategies at Scale: LLM Fine-Tuning Beyond Reinforcement
-    Learning" (arXiv:2509.24372); reference code VsonicV/es-fine-tuning-paper (METHODS §1.9).
+    Learning" (arXiv:2509.24372); reference code VsonicV/es-fine-tuning-paper (docs/methods.md §1.9).
 
     Equation: members ``θ_k = θ + σ ε(seed_k)``; ``F_k`` = mean verifier reward of ``θ_k`` on one
     shared prompt batch; ``z_k = (F_k − mean F)/(std F + eps)``;

@@ -1,4 +1,4 @@
-"""Hyper-ES (METHODS §2.10): CMA-ES over layer-wise DARE-TIES merge coefficients of a few
+"""Hyper-ES (docs/methods.md §2.10): CMA-ES over layer-wise DARE-TIES merge coefficients of a few
 gradient-found directions, with the task's verifier reward as fitness.
 
 Loop: K short gradient runs with LoRA adapters (``peft``) from the same base give directions
@@ -59,7 +59,7 @@ class HyperES(OptimizerPlugin):
     """CMA-ES over layer-wise DARE-TIES merge coefficients of LoRA directions found by gradient RL.
 
     Paper: "Hyper-ES" (seed abstract; arXiv id unknown; code named ``kuangrepi/Hyper-ES``, not
-    available). RECONSTRUCTION throughout (METHODS §2.10): the composition below, the coefficient
+    available). RECONSTRUCTION throughout (docs/methods.md §2.10): the composition below, the coefficient
     granularity, c_init, and the fitness (mean verifier reward on one prompt batch per generation).
     DARE (arXiv:2311.03099) and TIES (arXiv:2306.01708) are the standard merges.
 

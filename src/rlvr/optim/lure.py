@@ -1,4 +1,4 @@
-"""LURE (METHODS §2.7): zero-data pursuit–evasion self-play as a training loop of its own.
+"""LURE (docs/methods.md §2.7): zero-data pursuit–evasion self-play as a training loop of its own.
 
 Each step: the **evader** (the policy, prompted ``evade <env>:``) proposes G difficulty levels per
 environment; each proposal becomes a task at that level; the **pursuer** (the same policy) runs M
@@ -85,7 +85,7 @@ class LURE(OptimizerPlugin):
     """Pursuit–evasion self-play: evader proposes difficulty, planner–executor pursuer captures.
 
     Paper: "LURE: pursuit–evasion self-play for zero-data RLVR" (seed abstract; arXiv id unknown).
-    RECONSTRUCTION (METHODS §2.7): the reward shapes, the progress credit, the joint normaliser, the
+    RECONSTRUCTION (docs/methods.md §2.7): the reward shapes, the progress credit, the joint normaliser, the
     round length, the evader's text protocol (``evade <env>:`` → a level) and the environments.
 
     Equations: evader ``R_E = 1 − |2ĉ − 1|`` (or ``4ĉ(1 − ĉ)``), ĉ = captures / M, GRPO over the G
@@ -108,7 +108,7 @@ class LURE(OptimizerPlugin):
 
     def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None) -> "LURETrainer":
         if self.config.kl_beta <= 0:
-            raise ValueError("lure: kl_beta is required (METHODS §2.7 lists no default); set optim.params.kl_beta > 0")
+            raise ValueError("lure: kl_beta is required (docs/methods.md §2.7 lists no default); set optim.params.kl_beta > 0")
         return LURETrainer(cfg, self.config, model=model, tokenizer=tokenizer)
 
 

@@ -1,4 +1,4 @@
-"""LURE's held-out measure (METHODS §2.7): how often the pursuer captures tasks nobody trained on.
+"""LURE's held-out measure (docs/methods.md §2.7): how often the pursuer captures tasks nobody trained on.
 
 A LURE run has no dataset, so the task evaluation of ``rlvr train`` (single-turn answers) says
 nothing about the pursuer. This plays ``samples`` episodes of the planner–executor pursuit on a fixed

@@ -63,7 +63,7 @@ def agreeing(trimmed: Tensor, sign: Tensor) -> Tensor:
 
 def ties_kept(deltas: Tensor, keep_rho: float) -> Tensor:
     """``(K, ...)`` → ``(K, ...)``: each delta trimmed, with the entries that disagree with the elected
-    sign zeroed (``TIESkeep(Δ̂_k)`` of METHODS §2.10)."""
+    sign zeroed (``TIESkeep(Δ̂_k)`` of docs/methods.md §2.10)."""
     trimmed = torch.stack([trim_top(d, keep_rho) for d in deltas])  # (K, ...)
     keep = agreeing(trimmed, elect_sign(trimmed))
     return torch.where(keep, trimmed, torch.zeros_like(trimmed))

@@ -1,4 +1,4 @@
-"""Progressive RLVR (METHODS §2.23): RLVR teacher → on-policy distillation into a TinyLoRA student →
+"""Progressive RLVR (docs/methods.md §2.23): RLVR teacher → on-policy distillation into a TinyLoRA student →
 post-training quantisation of the adapter, whose compressed size feeds ``rlvr bound``.
 
 Stages of one run:
@@ -62,7 +62,7 @@ class ProgressiveConfig:
     def tinylora(self) -> TinyLoRAConfig:
         missing = [k for k in ("rank", "u", "tie") if not getattr(self, k)]
         if missing:
-            raise ValueError(f"progressive_rlvr: {missing} required (METHODS §2.23 lists no default); set "
+            raise ValueError(f"progressive_rlvr: {missing} required (docs/methods.md §2.23 lists no default); set "
                              f"optim.params.<key>; tie is one of {TIES}")
         return TinyLoRAConfig(rank=self.rank, u=self.u, tie=self.tie, targets=list(self.targets),
                               seed=self.adapter_seed)

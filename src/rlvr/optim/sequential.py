@@ -1,4 +1,4 @@
-"""Sequential GRPO → ES (METHODS §2.5, RECONSTRUCTION): gradient steps first, then ES on the result.
+"""Sequential GRPO → ES (docs/methods.md §2.5, RECONSTRUCTION): gradient steps first, then ES on the result.
 
 Steps 1..S₁ (``grpo_steps``) are ordinary gradient-trainer steps (``algorithm.*``, ``optim.lr``);
 steps S₁+1..``run.steps`` are ES iterations from θ_{S₁}. Both phases write to the same run folder
@@ -66,7 +66,7 @@ class SequentialTrainer:
 
 @dataclass(frozen=True)
 class GRPOThenESConfig(ESConfig):
-    grpo_steps: int | None = param(None, "gradient (GRPO) steps S₁ before ES takes over (required, METHODS "
+    grpo_steps: int | None = param(None, "gradient (GRPO) steps S₁ before ES takes over (required, docs/methods.md "
                                          "§2.5); ES runs the rest of run.steps")
 
     def __post_init__(self) -> None:
@@ -81,7 +81,7 @@ class GRPOThenESConfig(ESConfig):
 class GRPOThenES(ES):
     """Sequential schedule: GRPO for S₁ steps, then ES from θ_{S₁} (a RECONSTRUCTION).
 
-    Paper: "ES vs GRPO: coverage, JS diversity, sequential GRPO→ES" (METHODS §2.5; abstract only),
+    Paper: "ES vs GRPO: coverage, JS diversity, sequential GRPO→ES" (docs/methods.md §2.5; abstract only),
     building on Qiu et al. (arXiv:2509.24372). Reconstructed: the switch point S₁ (``grpo_steps``;
     the abstract gives none) and that ES restarts with no memory of the gradient phase.
 

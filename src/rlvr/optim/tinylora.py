@@ -1,6 +1,6 @@
 """TinyLoRA: adapters with a handful of trainable numbers, tied across layers and modules.
 
-RECONSTRUCTION (METHODS §2.23) of Morris et al. 2026 (arXiv:2602.04118; abstract only: "scaling
+RECONSTRUCTION (docs/methods.md §2.23) of Morris et al. 2026 (arXiv:2602.04118; abstract only: "scaling
 low-rank adapters to sizes as small as one parameter"). Each adapted linear layer W (out × in):
 
     W′ = W + U_r Σ_r (Σ_{i=1}^{u} v_i P_i) V_rᵀ
@@ -28,10 +28,10 @@ TIES = ("none", "layers", "modules", "all")
 
 @dataclass(frozen=True)
 class TinyLoRAConfig:
-    rank: int = param(1, "r: rank of the frozen truncated SVD of each adapted weight (METHODS: required)")
-    u: int = param(1, "trainable coefficients v per tie group (METHODS: required)")
+    rank: int = param(1, "r: rank of the frozen truncated SVD of each adapted weight (docs/methods.md §2.23: required)")
+    u: int = param(1, "trainable coefficients v per tie group (docs/methods.md §2.23: required)")
     tie: str = param("all", "share v: none | layers (per module type) | modules (per decoder layer) | all "
-                            "(RECONSTRUCTION; METHODS lists none|layers|modules, 'all' is our addition)")
+                            "(RECONSTRUCTION; docs/methods.md §2.23 lists none|layers|modules, 'all' is our addition)")
     targets: list = param(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                           "names of the linear modules that get an adapter")
     seed: int = param(0, "seed of the fixed random projections P_i")

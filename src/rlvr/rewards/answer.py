@@ -1,6 +1,6 @@
 """Reading answers and stated confidences out of completions (pure string functions, bounded cost).
 
-Stated confidence (C3RL's format, METHODS.md §2.28): the completion ends with its answer followed by
+Stated confidence (C3RL's format, docs/methods.md §2.28): the completion ends with its answer followed by
 ``confidence: <value>``, e.g. ``... answer: 17 confidence: 0.8`` or, on the arithmetic testbed,
 ``...;#632 confidence: 0.8``. Accepted spellings: ``confidence`` or ``conf``, case-insensitive,
 then an optional ``:`` or ``=``, then a number; ``<value>`` in [0, 1] is a probability, a value

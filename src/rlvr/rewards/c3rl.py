@@ -71,9 +71,9 @@ def c3rl_reward(correct: Tensor, confidence: Tensor, stated: Tensor, answered: T
 class C3RL(RewardShaper):
     """C3RL reward: correctness + calibration of the stated confidence + reference-accuracy term.
 
-    Paper: C3RL, correctness and confidence calibration RL (arXiv:2607.01612), METHODS.md §2.28.
+    Paper: C3RL, correctness and confidence calibration RL (arXiv:2607.01612), docs/methods.md §2.28.
     The 0.9/0.1 correctness weights are SECONDARY; the calibration and reference terms are a
-    RECONSTRUCTION from the abstract (every choice is a config option with METHODS' default).
+    RECONSTRUCTION from the abstract (every choice is a config option with the docs/methods.md §2.28 default).
 
     Equation: ``R = 0.9·1[correct] + 0.1·format + R_cal + R_ref`` with
     ``R_cal = +β if (c ≥ 0.5) == correct else −β`` (or ``β(1 − 2|c − 1[correct]|)``) and

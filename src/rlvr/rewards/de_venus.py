@@ -31,7 +31,7 @@ class DEVenus(RewardShaper):
     """Mixed gold / pseudo supervision: labelled groups keep the verifier's reward, unlabelled groups
     are rewarded by agreement with their majority answer.
 
-    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), METHODS §2.2
+    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), docs/methods.md §2.2
     ("Weak Supervision Construction"). RECONSTRUCTION: the abstract names the module family, not
     its equations; the majority-vote target is TTRL's (§1.8).
 

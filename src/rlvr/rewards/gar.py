@@ -86,7 +86,7 @@ class GAR(RewardShaper):
     """Gradient-Aligned Reward: base reward plus a group-relative gradient-alignment bonus for correct rollouts.
 
     Paper: GAR, Gradient-Aligned Reward (arXiv id unknown; seed abstract); math EXACT-CODE from
-    LQgdwind/GAR @7c1dce8 ``gar/online_reward.py`` (METHODS.md §2.1).
+    LQgdwind/GAR @7c1dce8 ``gar/online_reward.py`` (docs/methods.md §2.1).
 
     Equation: per rollout, ``g_t = Wᵀ(softmax(W h_t) − e_{y_t})/T'`` (mean-CE gradient through the
     output layer only), ``S = Σ_t g_t ⊙ h_t / T'``, ``s = S/‖S‖``; the same for each anchor (the

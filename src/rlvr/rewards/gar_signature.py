@@ -1,4 +1,4 @@
-"""GAR's gradient signature of a token sequence, from the output layer's inputs only (METHODS.md §2.1).
+"""GAR's gradient signature of a token sequence, from the output layer's inputs only (docs/methods.md §2.1).
 
 For a span of T' response tokens y_t with output-layer inputs h_t (h_t predicts y_t), the mean
 cross-entropy ``L = Σ_t CE(W h_t + b, y_t) / T'`` has, per row, the gradient

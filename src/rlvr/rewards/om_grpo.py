@@ -52,7 +52,7 @@ class OMGRPOConfig:
                                           "position preference); false = one call per pair")
     pairs: str = param("disagreeing", "RECONSTRUCTION: which rows of a group may be paired: disagreeing "
                                       "(different answers; a unanimous group gets no contrast, so r ≡ 1 and "
-                                      "zero advantage as METHODS test 2 requires) | any")
+                                      "zero advantage as docs/methods.md §2.13 test 2 requires) | any")
     normalise: bool = param(True, "compare answers after normalisation (case, spaces, $, trailing '.')")
     seed: int = param(0, "seed of the pair draws (mixed with a hash of the batch's texts: reproducible)")
 
@@ -120,7 +120,7 @@ class OMGRPO(RewardShaper):
     """OM-GRPO reward: soft consensus plus a contrast-augmented term from pairwise judgements.
 
     Paper: OM-GRPO, answer-masked label-free GRPO with soft consensus and a contrast-augmented
-    reward (seed abstract; title and arXiv id not known to us), METHODS.md §2.13.
+    reward (seed abstract; title and arXiv id not known to us), docs/methods.md §2.13.
 
     Equation: ``r_i = r_i^cons + η·(w_i − 0.5)`` with ``r_i^cons = (count(a_i) − 1)/(G − 1)``
     (leave-one-out; or ``count(a_i)/G``) and ``w_i`` the win rate of row i over P random pairs of
@@ -129,7 +129,7 @@ class OMGRPO(RewardShaper):
 
     RECONSTRUCTION (abstract only): the soft-consensus form, η = 0.2, the ``w − 0.5`` centring, how
     pairs are drawn (uniform without replacement among rows with *different* answers, seeded by the
-    batch: a unanimous group gets no contrast, so r ≡ 1 and zero advantage, METHODS test 2) and the
+    batch: a unanimous group gets no contrast, so r ≡ 1 and zero advantage, docs/methods.md §2.13 test 2) and the
     judge prompt. The default judge, ``policy``, is a pairwise judgement: the current policy is shown
     the problem and both solutions (``judge_template``) and answers "better: A|B" greedily, asked in
     both orders and averaged (:class:`rlvr.rewards.pairwise_judge.PairwiseJudge`; an unparsable or

@@ -45,7 +45,7 @@ class Overlong(RewardShaper):
     Paper: Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (arXiv:2503.14476).
 
     Equation: expected = L_max − buffer; exceed = L_i − expected;
-    ``p_i = clamp(−exceed / buffer · factor, −factor, 0)`` and ``r_i += p_i``  (METHODS.md §1.3).
+    ``p_i = clamp(−exceed / buffer · factor, −factor, 0)`` and ``r_i += p_i``  (docs/methods.md §1.3).
 
     The penalty is written as its own objective: objective 0 (the trained scalar) becomes
     ``r_i + p_i`` (named ``overlong_shaped``), ``overlong`` holds ``p_i`` alone, and the verifier's

@@ -88,7 +88,7 @@ class ParallelShapleyConfig:
                                  "score in S) (RECONSTRUCTION: stands in for the paper's generative judge)")
     allocation: str = param("proportional", "proportional: r_j = R_outcome*phi_j/sum(phi) | direct: r_j = phi_j")
     exact_max_paths: int = param(6, "exact Shapley (all 2^P coalitions) up to this many paths, permutations above")
-    permutations: int = param(0, "random orders M for the Monte-Carlo estimate (0: 8*P, METHODS' default)")
+    permutations: int = param(0, "random orders M for the Monte-Carlo estimate (0: 8*P, the docs/methods.md §2.20 default)")
     seed: int = param(0, "seed of the permutation sampler (mixed with each rollout's group id and index)")
     column: int = param(0, "reward objective holding each path's verdict; replaced by the path reward")
 
@@ -106,8 +106,8 @@ class ParallelShapley(RewardShaper):
     """Path-level Shapley credit for multi-path rollouts: each path's reward is its Shapley share.
 
     Paper: Parallel Shapley, path-level Shapley credit in multi-path reasoning (arXiv id unknown;
-    seed abstract), METHODS.md §2.20. PAPER-ABSTRACT; the utility, allocation and normalisation are a
-    RECONSTRUCTION (every choice is a config option with METHODS' default where it gives one).
+    seed abstract), docs/methods.md §2.20. PAPER-ABSTRACT; the utility, allocation and normalisation are a
+    RECONSTRUCTION (every choice is a config option with the docs/methods.md §2.20 default where it gives one).
 
     Equation: paths j ∈ [P] of one rollout are players; ``v(S)`` = score of the answer aggregated from
     the paths in S only, ``v(∅) = 0``; ``φ_j = E_π[v(Pre_π(j) ∪ {j}) − v(Pre_π(j))]`` (exact for
@@ -118,7 +118,7 @@ class ParallelShapley(RewardShaper):
     (N,) and ``path`` (N,) indices, so every token of row i belongs to path ``path[i]``), the
     verifier's per-row verdict in ``rewards[:, column]`` and parsed answers in ``meta["parsed"]``.
     The path reward goes on every token of its row; GRPO over the group (all paths of all rollouts
-    of the prompt) then gives METHODS' "GRPO-normalised r_j across the paths of the prompt".
+    of the prompt) then gives the docs/methods.md §2.20 "GRPO-normalised r_j across the paths of the prompt".
 
     Differs from the raw verifier reward:
       * a path is paid for what it adds to the aggregate answer, not for its own verdict: a duplicate
@@ -126,7 +126,7 @@ class ParallelShapley(RewardShaper):
       * objective ``column`` becomes r_j (named ``shapley``); the path's own verdict is kept as a last
         objective ``correct``;
       * the aggregate is rule-based (plurality vote), so there are no policy-written aggregation
-        tokens; METHODS' ``empty_utility: no_path_baseline`` and the generative judge are not built.
+        tokens; the docs/methods.md §2.20 ``empty_utility: no_path_baseline`` and the generative judge are not built.
 
     Shapes: rewards (N, K), meta rollout / path (N,) → rewards (N, K + 1). Metrics:
     ``reward/shapley_mean``, ``reward/shapley_outcome``, ``reward/shapley_phi_abs``, ``reward/shapley_null_frac``.

@@ -204,9 +204,9 @@ class ChatClient:
 
 @dataclass(frozen=True)
 class LLMTeacherConfig(ChatConfig):
-    step_separator: str = param("\n\n", "splits a completion into steps (METHODS §2.3 default '\\n\\n'; "
+    step_separator: str = param("\n\n", "splits a completion into steps (docs/methods.md §2.3 default '\\n\\n'; "
                                         "the testbed's tasks use ';')")
-    sees_gt: bool | None = param(None, "RECONSTRUCTION (METHODS §2.3: teacher_sees_gt, required, no default): "
+    sees_gt: bool | None = param(None, "RECONSTRUCTION (docs/methods.md §2.3: teacher_sees_gt, required, no default): "
                                         "true = show the teacher the reference answer (problem.answer); "
                                         "false = judge the steps alone")
     prompt_template: str = param(DEFAULT_TEMPLATE, "the teacher prompt; fields {problem}, {steps} "
@@ -214,7 +214,7 @@ class LLMTeacherConfig(ChatConfig):
 
     def __post_init__(self) -> None:
         if self.sees_gt is None:
-            raise ValueError("teacher 'llm': sees_gt is required (METHODS §2.3 teacher_sees_gt): true shows the "
+            raise ValueError("teacher 'llm': sees_gt is required (docs/methods.md §2.3 teacher_sees_gt): true shows the "
                              "teacher the reference answer, false judges the steps alone")
         super().__post_init__()
         self.check_source("teacher 'llm'")

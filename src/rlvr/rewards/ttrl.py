@@ -29,7 +29,7 @@ class TTRLConfig:
 class TTRL(RewardShaper):
     """TTRL majority-vote reward: agree with the group's most common answer, get 1.
 
-    Paper: Zuo et al., "TTRL: Test-Time Reinforcement Learning" (arXiv:2504.16084), METHODS.md §1.8.
+    Paper: Zuo et al., "TTRL: Test-Time Reinforcement Learning" (arXiv:2504.16084), docs/methods.md §1.8.
 
     Equation: for group g with parsed answers a_1..a_n, ``ŷ_g = mode(a)``, ``r_i = 1[a_i = ŷ_g]``
     (then GRPO on r); consensus strength ``c_g = count(ŷ_g)/n``. Unparsed answers (None) never vote

@@ -1,4 +1,4 @@
-"""Lock-step forwards under sharded training (DESIGN.md §6: "ranks generate in lock-step").
+"""Lock-step forwards under sharded training (docs/design.md §6: "ranks generate in lock-step").
 
 Under FSDP2 (and DeepSpeed ZeRO-3) every forward of the policy gathers parameter shards with a
 collective, so every rank must run the same number of forwards: a rank whose rows have all finished

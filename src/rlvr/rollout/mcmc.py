@@ -2,7 +2,7 @@
 
 Target: ``π_α(y) ∝ p(y | x)^α`` over prefixes y of at most ℓ tokens (a prefix that reaches eos
 earlier ends there). Proposal (after Karan & Du 2025, "Reasoning with Sampling", SECONDARY in
-METHODS.md §2.12): draw a position j uniformly from {0, …, ℓ−1}, keep ``y_<j``, resample
+docs/methods.md §2.12): draw a position j uniformly from {0, …, ℓ−1}, keep ``y_<j``, resample
 ``y′_{j:} ~ q(· | x, y_<j)`` with q the model at temperature ``τ/α`` (its tokenwise power), accept with
 
     A = min(1, p(y′)^α q(y_{j:} | y_<j) / (p(y)^α q(y′_{j:} | y_<j))).

@@ -18,7 +18,7 @@ POOLS = ("fixed", "stream")
 @dataclass(frozen=True)
 class ActiveConfig:
     label_budget: float | None = param(None, "largest fraction of the pool D whose gold label may be used "
-                                             "(required; METHODS §2.2 'budget')")
+                                             "(required; docs/methods.md §2.2 'budget')")
     data_budget: float | None = param(None, "fraction of D trained on, |D′| = ⌊data_budget·|D|⌋ (required; "
                                             "1 in stream mode)")
     tau_fix: float | None = param(None, "label correction: consensus a contradicting majority needs (required; "
@@ -41,7 +41,7 @@ class ActiveConfig:
     def __post_init__(self) -> None:
         for name in ("label_budget", "data_budget", "tau_fix", "m_consecutive"):
             if getattr(self, name) is None:
-                raise ValueError(f"active: {name} is required (METHODS §2.2 lists no default)")
+                raise ValueError(f"active: {name} is required (docs/methods.md §2.2 lists no default)")
         if not (0.0 <= self.label_budget <= 1.0 and 0.0 < self.data_budget <= 1.0):
             raise ValueError(f"active: budgets must be fractions, label in [0, 1] and data in (0, 1]; "
                              f"got {self.label_budget}, {self.data_budget}")
@@ -58,7 +58,7 @@ class ActiveConfig:
 class ActiveSelection(Selector):
     """DE-Venus offline transitions D → D′ plus budgeted, score-weighted sampling from D′.
 
-    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), METHODS
+    Paper: "DE-Venus: a data-efficient RLVR framework" (arXiv id unknown; seed abstract), docs/methods.md
     §2.2 ("Active Data Selection"; label correction from "Training-Time Supervision Refinement").
     RECONSTRUCTION: the scores, the instalment schedule and the correction rule are the team's
     reading (see rlvr.supervision.transitions).

@@ -1,4 +1,4 @@
-"""Curriculum by estimated prompt difficulty (CVPO's question-level weighting, METHODS §2.14)."""
+"""Curriculum by estimated prompt difficulty (CVPO's question-level weighting, docs/methods.md §2.14)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ APPLY = ("loss", "sampling")
 @dataclass(frozen=True)
 class CurriculumConfig:
     ema_decay: float | None = param(None, "decay d of each question's success estimate p_q ← d·p_q + (1 − d)·r̄_q "
-                                          "(required: METHODS §2.14 lists no default)")
+                                          "(required: docs/methods.md §2.14 lists no default)")
     p_star: float = param(0.5, "success rate p* the weight peaks at")
     tau: float = param(0.25, "width τ of the Gaussian weight exp(−(p_q − p*)²/(2τ²))")
-    apply: str = param("loss", "loss: ω_q multiplies the loss of q's rows (METHODS), problems drawn uniformly | "
+    apply: str = param("loss", "loss: ω_q multiplies the loss of q's rows (docs/methods.md §2.14), problems drawn uniformly | "
                                "sampling: problems drawn ∝ ω_q from pool_factor·n candidates, no loss weight")
     prior: float | None = param(None, "p_q of a question never seen; None = no prior: in loss mode its first "
                                       "estimate is its own group's success, in sampling mode an unseen candidate "
@@ -56,12 +56,12 @@ class Curriculum(Selector):
     """Weight each question's loss by how close its estimated success rate is to p*.
 
     Paper: "CVPO: Curriculum-guided Value-variance Policy Optimization" (arXiv id unknown; seed
-    abstract, METHODS §2.14). RECONSTRUCTION: the Gaussian weight, the EMA success estimate, and
+    abstract, docs/methods.md §2.14). RECONSTRUCTION: the Gaussian weight, the EMA success estimate, and
     its initialisation (a question's first estimate is its first group's success rate, not a prior).
 
     Equation: ``p_q ← d·p_q + (1 − d)·mean_i r_{q,i}`` over q's rows of the step (p_q = mean_i r_{q,i}
     on q's first visit, or ``prior`` when set); ``ω_q = exp(−(p_q − p*)²/(2τ²))`` normalised to mean 1
-    over the step's questions. ``apply = loss`` (METHODS): the advantages of q's rows are multiplied
+    over the step's questions. ``apply = loss`` (docs/methods.md §2.14): the advantages of q's rows are multiplied
     by ω_q, which scales q's policy-gradient loss by ω_q (exactly, for PPO-clip-type surrogates with
     ω > 0); problems come uniformly from the task or the fixed pool. ``apply = sampling``: n of
     ``pool_factor·n`` candidates drawn without replacement ∝ ω_q, no loss weight.

@@ -76,16 +76,16 @@ def expected_utility(mean: np.ndarray, var: np.ndarray, utility: str = "p(1-p)",
 class KGPS(Selector):
     """Prompt selection by posterior-expected training utility from a Kalman filter per prompt.
 
-    Paper: "KGPS: Kalman-guided prompt selection" (arXiv id unknown; seed abstract), METHODS §2.17.
+    Paper: "KGPS: Kalman-guided prompt selection" (arXiv id unknown; seed abstract), docs/methods.md §2.17.
     RECONSTRUCTION: the observation model (delta method on the logit of (k + ½)/(n + 1)), the
-    process noise ``Q_t = q_0 + κ·u_t``, the utility and the selection rule are the METHODS forms.
+    process noise ``Q_t = q_0 + κ·u_t``, the utility and the selection rule are the docs/methods.md §2.17 forms.
 
     Equation. State x_q = logit p_q with posterior N(μ_q, P_q), prior N(0, P_0). ``observe`` after
     step t: update every prompt trained at t with its k successes of n (``kalman_update``), then
     predict all prompts ``P_q ← P_q + Q_t`` with ``u_t`` the step's measured policy-update size
     (so the posterior used at step t + 1 describes π_{t+1}): the trainer measures, after the update,
     ``KL(π_t ‖ π_{t−1})`` on the step's trained tokens (``kl``) or ``‖θ_t − θ_{t−1}‖²``
-    (``param_sq_norm``), the two forms METHODS lists. ``select``: utilities
+    (``param_sq_norm``), the two forms docs/methods.md §2.17 lists. ``select``: utilities
     ``U_q = E[u(σ(x_q))]``, u(p) = p(1 − p); top-B prompts (or B drawn ∝ U). Uses only the
     rollouts the step already sampled — no extra rollouts.
 

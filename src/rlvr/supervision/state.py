@@ -1,4 +1,4 @@
-"""Supervision as state (DE-Venus, METHODS §2.2): per problem, the label in use, where it came from,
+"""Supervision as state (DE-Venus, docs/methods.md §2.2): per problem, the label in use, where it came from,
 how much it is trusted, and what training has seen of it.
 
 ``SupervisionState: uid → Record{label, source ∈ {gold, pseudo, corrected, none}, confidence,

@@ -1,4 +1,4 @@
-"""DE-Venus offline transitions ``D → D′`` (METHODS §2.2): score problems from the supervision state,
+"""DE-Venus offline transitions ``D → D′`` (docs/methods.md §2.2): score problems from the supervision state,
 annotate the best under a label budget, keep the best under a data budget.
 
 RECONSTRUCTION (the abstract gives no equations): the scores, the top-k rule and the budget

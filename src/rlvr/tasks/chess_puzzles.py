@@ -1,4 +1,4 @@
-"""Chess puzzles with a checkable best move: mate in one, or win the undefended piece (METHODS §2.22)."""
+"""Chess puzzles with a checkable best move: mate in one, or win the undefended piece (docs/methods.md §2.22)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class ChessPuzzlesConfig(TaskConfig):
 class ChessPuzzles(Task):
     """Find the best move of a generated position; reward 1 for a legal, correct move, else 0.
 
-    Paper: "chess pretraining-to-RL testbed" (METHODS §2.22; abstract only). Harness RECONSTRUCTION:
+    Paper: "chess pretraining-to-RL testbed" (docs/methods.md §2.22; abstract only). Harness RECONSTRUCTION:
     puzzles are generated (sparse random endgames), not human-rated; reward ``single_move``.
 
     Prompt ``Kg6 Qf7 kg8 w:`` (the pieces and their squares, or FEN placement with

@@ -1,5 +1,5 @@
 """The global batch under data parallelism: what the trainer reduces or gathers across ranks so that
-plug-ins which need the whole batch (DESIGN.md §4) see it, never one rank's slice.
+plug-ins which need the whole batch (docs/design.md §4) see it, never one rank's slice.
 
 * ``sum_over_ranks``: an advantage estimator's additive statistics (``batch_stats``) summed over ranks;
 * ``rows_over_ranks``: a row count summed over ranks (whether the filters left any row anywhere);

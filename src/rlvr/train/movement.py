@@ -1,4 +1,4 @@
-"""How far one update moved the policy (KGPS's update magnitude u_t, METHODS §2.17).
+"""How far one update moved the policy (KGPS's update magnitude u_t, docs/methods.md §2.17).
 
 * ``policy_kl``: ``KL(π_t ‖ π_{t−1})`` on the step's trained tokens, estimated from the tokens the
   batch sampled (≈ π_{t−1}): with ``ρ = π_t(x)/π_{t−1}(x)``, ``E_{π_{t−1}}[ρ log ρ − (ρ − 1)]`` — unbiased

@@ -1,4 +1,4 @@
-"""Precision and memory settings of the policy (DESIGN.md §6, real-scale rules).
+"""Precision and memory settings of the policy (docs/design.md §6, real-scale rules).
 
 - ``model.dtype``: the parameters' dtype at load (``auto`` keeps the checkpoint's own).
 - ``run.mixed_precision``: ``bf16`` / ``fp16`` autocast around the policy's forward passes while the

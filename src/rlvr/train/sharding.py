@@ -1,5 +1,5 @@
 """The data-parallel backend behind one small interface: what the trainer asks of one process, DDP
-and FSDP2 (DESIGN.md §6, "scale-out uses existing engines": ``accelerate`` does the wrapping).
+and FSDP2 (docs/design.md §6, "scale-out uses existing engines": ``accelerate`` does the wrapping).
 
 ``make_accelerator()`` builds the run's ``Accelerator`` (attaching accelerate's FSDP plug-in on CPU,
 where accelerate 1.15 leaves it off); ``Sharding(acc)`` then answers, for any backend:

@@ -1,4 +1,4 @@
-"""The RL trainer: one short loop over plug-ins with named, timed phases (DESIGN.md §2).
+"""The RL trainer: one short loop over plug-ins with named, timed phases (docs/design.md §2).
 
 select → rollout → verify → shape → refine → advantage → loss → update → observe
 

@@ -1,5 +1,5 @@
 """The update phase of the RL trainer: PPO epochs × mini-batches × micro-batches, one optimizer step
-per mini-batch, losses with global normalisers (DESIGN.md §2, the ``loss`` and ``update`` stages).
+per mini-batch, losses with global normalisers (docs/design.md §2, the ``loss`` and ``update`` stages).
 
 ``UpdatePhase`` is a mixin of ``Trainer`` (src/rlvr/train/trainer.py); it reads the trainer's
 ``cfg``, ``acc`` (the accelerator), ``model`` (the prepared policy), ``policy`` (unwrapped),

@@ -36,7 +36,7 @@ class AnswerMask(TokenWeighting):
     """Answer-span masking: zero the advantage on the final-answer tokens, keep it on the reasoning.
 
     Paper: OM-GRPO, answer-masked label-free GRPO with soft consensus and a contrast-augmented
-    reward (seed abstract; title and arXiv id not known to us), METHODS.md §2.13. Only the mask
+    reward (seed abstract; title and arXiv id not known to us), docs/methods.md §2.13. Only the mask
     part is here; its consensus and contrast rewards are reward shapers.
 
     Equation: ``A′[i, t] = 0`` for ``t ∈ S_i`` (the answer span of row i, ``answer_mask``), else

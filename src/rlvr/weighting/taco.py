@@ -34,7 +34,7 @@ class TACO(TokenWeighting):
 
     Paper: "When Implausible Tokens Get Reinforced: Tail-Aware Credit Calibration for LLM
     Reinforcement Learning" (arXiv id not known to us); exact from the authors' code,
-    xiuyilou/TACO @7a2f458 ``compute_taco_token_advantages`` (METHODS.md §2.26).
+    xiuyilou/TACO @7a2f458 ``compute_taco_token_advantages`` (docs/methods.md §2.26).
 
     Equation, with p the current policy's probability of the sampled token and H its entropy
     (both detached):

@@ -1,4 +1,4 @@
-"""SpecRoll: speculative rollouts that leave the sampling distribution unchanged (METHODS.md §2.11).
+"""SpecRoll: speculative rollouts that leave the sampling distribution unchanged (docs/methods.md §2.11).
 
 Selected with ``rollout.engine: specroll`` (options in ``rollout.engine_params``, see
 :class:`SpecRollConfig`; ``rlvr list --kind engine``). One decode iteration, for every unfinished row at once:
@@ -70,7 +70,7 @@ class SpecRollConfig:
                                           "keeps exactness, it only moves the acceptance rate")
     reflex: bool = param(True, "fast path: trajectory-local hidden-state corrections (Reflex)")
     reflex_eta: float | None = param(None, "eta: step of a Reflex correction per rejection (required with "
-                                           "reflex, METHODS §2.11)")
+                                           "reflex, docs/methods.md §2.11)")
     reflex_eps: float | None = param(None, "epsilon: bound on the norm of a trajectory's correction delta "
                                            "(required with reflex)")
     slow_tau: float = param(0.6, "slow path: refit when the acceptance EMA is below this × the reference acceptance")
@@ -87,7 +87,7 @@ class SpecRollConfig:
         if self.num_heads < 1 or self.slow_windows < 1 or self.buffer_rows < 1 or self.fit_steps < 0:
             raise ValueError("specroll: num_heads, slow_windows and buffer_rows must be >= 1, fit_steps >= 0")
         if self.reflex and (self.reflex_eta is None or self.reflex_eps is None):
-            raise ValueError("specroll: reflex_eta and reflex_eps are required with reflex: true (METHODS §2.11); "
+            raise ValueError("specroll: reflex_eta and reflex_eps are required with reflex: true (docs/methods.md §2.11); "
                              "or set reflex: false")
         if (self.reflex_eps or 0) < 0 or (self.reflex_eta or 0) < 0 or self.draft_temperature <= 0:
             raise ValueError("specroll: reflex_eta and reflex_eps must be >= 0, draft_temperature > 0")
@@ -135,7 +135,7 @@ def reflex_update(delta: Tensor, toward: Tensor, away: Tensor, eta: float, eps: 
 class SpecRoll(Engine):
     """Speculative rollout engine with future-token heads, Reflex and a slow path (SpecRoll).
 
-    Paper: SpecRoll (adaptive speculative rollout for RL; METHODS.md §2.11, paper abstract only);
+    Paper: SpecRoll (adaptive speculative rollout for RL; docs/methods.md §2.11, paper abstract only);
     the acceptance rule is speculative sampling, Chen et al. (arXiv:2302.01318) and Leviathan et
     al. (arXiv:2211.17192); heads after Medusa (arXiv:2401.10774).
 

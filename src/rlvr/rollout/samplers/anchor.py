@@ -27,7 +27,7 @@ class AnchorSampler(Sampler):
     """ARMOR's anchor rollouts: reference-policy samples keep established solutions in every group.
 
     Paper: "ARMOR: Anchor Rollout + Mixed Optimization" (seed abstract; arXiv id unknown).
-    RECONSTRUCTION (METHODS.md §2.24): each group of x holds ``G − G_anc`` rows from pi_old and
+    RECONSTRUCTION (docs/methods.md §2.24): each group of x holds ``G − G_anc`` rows from pi_old and
     ``G_anc`` anchors ``~ pi_ref(·|x)``, rewarded by the same verifier, advantages over the mixed
     group. Anchor tokens have origin REFERENCE and are trained; their ``behaviour_logprobs`` are
     ``log pi_ref(y_t|x, y_<t)`` from the trainer-style forward of the frozen reference, so a loss

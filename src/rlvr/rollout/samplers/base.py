@@ -1,4 +1,4 @@
-"""The sampler protocol: problems in, a group of completions per problem out (DESIGN.md §2, rollout).
+"""The sampler protocol: problems in, a group of completions per problem out (docs/design.md §2, rollout).
 
 A sampler may condition generation on a context the trainer never sees (a weak model's prefix, a
 hint, another policy), while the loss is defined on the original prompt. Every token it returns

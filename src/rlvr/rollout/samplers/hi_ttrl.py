@@ -42,7 +42,7 @@ class HiTTRLConfig:
         required = {k: getattr(self, k) for k in ("partial_m", "c_lo", "c_hi", "alpha_sharp", "alpha_flat", "mh_steps")}
         missing = [k for k, v in required.items() if v is None]
         if missing:
-            raise ValueError(f"hi_ttrl: {missing} are required (METHODS.md §2.12 lists no defaults)")
+            raise ValueError(f"hi_ttrl: {missing} are required (docs/methods.md §2.12 lists no defaults)")
         m = float(self.partial_m)
         if not (0 < m < 1 or (m >= 1 and m.is_integer())):
             raise ValueError(f"hi_ttrl: partial_m must be an integer >= 1 or a share in (0, 1), got {self.partial_m}")
@@ -66,7 +66,7 @@ class HiTTRLSampler(Sampler):
     """Hi-TTRL rollouts: estimate consensus on a partial group; outside the band, continue from MCMC hints.
 
     Paper: Hi-TTRL, hint-regulated consensus for test-time RL (seed abstract; arXiv id unknown),
-    METHODS.md §2.12; the power sampler after Karan & Du 2025, "Reasoning with Sampling"
+    docs/methods.md §2.12; the power sampler after Karan & Du 2025, "Reasoning with Sampling"
     (SECONDARY: known from summaries; block schedule unverified).
 
     Per group of G: sample it plainly; on its first m rows ``ĉ = max_a count_m(a)/m``. If

@@ -24,7 +24,7 @@ class HintConfig:
     guide_when: str = param("all_zero_groups", "which groups get guided rows: 'all_zero_groups' (a first plain "
                                                "group scored all zero, as in Guide) or 'fixed_ratio' (every group)")
     guide_ratio: float | None = param(None, "fraction of a guided group's G rows generated with the hint "
-                                            "(round(ratio*G); required, METHODS §2.19); 0 = the plain sampler exactly")
+                                            "(round(ratio*G); required, docs/methods.md §2.19); 0 = the plain sampler exactly")
     hint_len_range: tuple = param((0.3, 0.7), "the hint is the first lambda ~ U[low, high] of the problem's "
                                               "solution text, cut back to a step boundary (RECONSTRUCTION)")
     step_separators: tuple = param((";", "\n"), "strings that end a solution step")
@@ -63,7 +63,7 @@ class HintSampler(Sampler):
 
     Paper: "OC-GRPO: Off-Context GRPO" (seed abstract; arXiv id unknown); closest published form:
     Guide-GRPO, "Learning to Reason under Off-Policy Guidance"-style guidance (arXiv:2506.13923).
-    Hint selection, cut and placement are RECONSTRUCTION choices (METHODS.md §2.19), each an option.
+    Hint selection, cut and placement are RECONSTRUCTION choices (docs/methods.md §2.19), each an option.
 
     For a guided row of problem x with hint h (a prefix of ``problem.solution``, or
     ``problem.meta["hint"]`` when a label-free method supplies one): ``y ~ pi_old(·|x ⊕ h)``; the

@@ -25,7 +25,7 @@ class MultiPathSampler(Sampler):
     """G multi-path rollouts per prompt, each P independent reasoning paths sampled in parallel.
 
     Paper: Parallel Shapley, path-level Shapley credit in multi-path reasoning (arXiv id unknown;
-    seed abstract), METHODS.md §2.20 (the rollout half; RECONSTRUCTION of the layout).
+    seed abstract), docs/methods.md §2.20 (the rollout half; RECONSTRUCTION of the layout).
 
     Layout: one row per path. Row ``k`` of problem b is path ``k mod P`` of rollout ``k div P``
     (rollouts numbered across the batch); ``meta["multi_path"] = {"paths": P, "rollout": (N,),
@@ -37,7 +37,7 @@ class MultiPathSampler(Sampler):
 
     Differs from plain:
       * N = B·G·P rows instead of B·G; all rows of a prompt share its group id, so GRPO normalises
-        a path's reward across the paths of all rollouts of the prompt (METHODS §2.20);
+        a path's reward across the paths of all rollouts of the prompt (docs/methods.md §2.20);
       * with P = 1 it is the plain sampler, row for row.
 
     Shapes: B problems → N = B·G·P rows; completion ids / mask (N, T); meta rollout / path (N,).

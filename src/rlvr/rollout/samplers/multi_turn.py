@@ -34,7 +34,7 @@ class MultiTurnConfig:
                           "problem, each continued by G/P episodes; rows get meta['plan_ids']")
     planner_roles: tuple = param(("planner",), "environment roles whose turns are planner tokens "
                                                "(meta['role_mask'] True), stored when a role is not 'policy'")
-    cf_samples: int | None = param(None, "TCPO's M (required, METHODS §2.16): alternatives re-sampled from the "
+    cf_samples: int | None = param(None, "TCPO's M (required, docs/methods.md §2.16): alternatives re-sampled from the "
                                          "same history for each selected turn (counterfactual baseline); 0 = none")
     cf_selector: str = param("surprisal_top_q", "which turns get counterfactuals: 'surprisal_top_q' (top q "
                                                 "of −mean log π over a group's turns) or 'credit_threshold' "

@@ -31,7 +31,7 @@ def weak_fraction(spec: str) -> float:
 
 @dataclass(frozen=True)
 class PrefixConfig:
-    weak_model: str | None = param(None, "who writes the prefixes (required, METHODS §2.4): a model folder; "
+    weak_model: str | None = param(None, "who writes the prefixes (required, docs/methods.md §2.4): a model folder; "
                                          "'warm_start:F' (the run's model after the first F·warm_start.steps "
                                          "supervised steps of the policy's own warm start, 0 <= F < 1, built once "
                                          "and written to <run>/weak_model); or 'reference' (the frozen starting "
@@ -51,7 +51,7 @@ class PrefixConfig:
         object.__setattr__(self, "prefix_len_range", check_range("prefix_len_range", self.prefix_len_range, "prefix"))
         object.__setattr__(self, "step_separators", tuple(self.step_separators))
         if not self.weak_model:
-            raise ValueError("prefix: weak_model is required (METHODS §2.4): a model folder, 'warm_start:F' "
+            raise ValueError("prefix: weak_model is required (docs/methods.md §2.4): a model folder, 'warm_start:F' "
                              "(a shorter warm start of the run's model) or 'reference'")
         if self.weak_model.startswith(WARM_START):
             weak_fraction(self.weak_model)  # fails on a bad fraction
@@ -64,7 +64,7 @@ class WeakPrefixSampler(Sampler):
     """Outer prefixes from a weaker model: the policy continues partial solutions it did not write.
 
     Paper: "Outer prefixes from a weaker model" (seed abstract; no title or arXiv id available).
-    The procedure below is a RECONSTRUCTION (METHODS.md §2.4); each reconstructed choice is an option.
+    The procedure below is a RECONSTRUCTION (docs/methods.md §2.4); each reconstructed choice is an option.
 
     For ``m = round(rho·G)`` rows of each group: ``y_w ~ pi_weak(·|x)``, ``lambda ~ U[low, high]``,
     ``u = y_w[:c]`` with ``c <= floor(lambda·|y_w|)`` at a step boundary; ``z ~ pi_theta(·|x, u)``; the row
