@@ -17,6 +17,7 @@ import yaml
 
 from rlvr.aggregation import Aggregation
 from rlvr.registry import param
+from rlvr.train.ranges import check_ranges
 
 
 class ConfigError(ValueError):
@@ -292,8 +293,7 @@ class Config:
     run: RunConfig = param(RunConfig(), "run length, seed, logging")
 
     def __post_init__(self) -> None:
-        from rlvr.train.validate import check_ranges  # numeric ranges: one line naming the key
-        check_ranges(self)
+        check_ranges(self)  # numeric ranges: one line naming the key
         if self.model.lora is not None and self.optim.name != "adamw":
             raise ValueError(f"model.lora: optimizer '{self.optim.name}' runs its own training loop on the full "
                              f"weights and does not take a LoRA policy; remove model.lora or use optim.name=adamw")
