@@ -69,7 +69,8 @@ class Trainer(UpdatePhase):
         fit_prompts(self.parts["task"], tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
         # The critic copies the plain backbone (init: policy) before any adapter goes on the policy.
-        self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps) if cfg.critic.enabled else None
+        self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps,
+                             self.sharding) if cfg.critic.enabled else None
         model.zero_grad(set_to_none=True)  # gradients a warm start left would join the first step's
         if cfg.model.lora is not None and not is_lora(model):
             model = add_lora(model, cfg.model.lora, seed=cfg.run.seed)
