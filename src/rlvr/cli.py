@@ -239,7 +239,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from rlvr.models.export import export_run
+    from rlvr.train.run_policy import export_run
     print(json.dumps(export_run(args.source, args.out), indent=2))
     return 0
 

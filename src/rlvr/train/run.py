@@ -136,7 +136,7 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
     from rlvr.train.config import load_config, replace
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built
-        from rlvr.models.export import load_run_policy
+        from rlvr.train.run_policy import load_run_policy
         cfg = load_config(folder / "config.yaml", overrides)
         model, tokenizer, _ = load_run_policy(folder, overrides)
     else:

@@ -257,7 +257,7 @@ class Trainer(UpdatePhase):
         policy rebuilt from the last checkpoint (``train`` ends with one), as ``rlvr export`` does."""
         if not self.sharding.sharded:
             return self.policy
-        from rlvr.models.export import load_run_policy
+        from rlvr.train.run_policy import load_run_policy
         return load_run_policy(self.run_dir)[0]
 
     def save(self) -> None:
