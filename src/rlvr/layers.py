@@ -15,11 +15,11 @@
 ====  ==============  ====================================================================
 
 A key is a dotted name below ``rlvr`` (``""`` is the package root); a module's layer is that of its
-longest key (``optim.es`` → 1, ``optim.lure`` → ``optim`` → 6); every top-level name must have one. Built-in plug-ins are found by name
-(``rlvr.registry``), never imported by the layers under them; a layer that needs something of a
-higher one is handed it (a callable, a Protocol, a ContextVar: ``rlvr.rollout.lockstep``).
-``tests/test_layers.py`` checks every import statement of ``src/rlvr`` against this table and
-fails on any cycle between modules.
+longest key (``optim.es`` → 1, ``optim.lure`` → ``optim`` → 6); every top-level name needs one.
+Built-in plug-ins are found by name (``rlvr.registry``), never imported by the layers under them; a
+layer that needs something of a higher one is handed it (a callable, a Protocol, a ContextVar:
+``rlvr.rollout.lockstep``, ``rlvr.rollout.warm_start``). ``tests/test_layers.py`` checks every import
+statement of ``src/rlvr`` against this table and fails on any cycle between modules.
 """
 
 from __future__ import annotations
