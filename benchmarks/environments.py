@@ -169,7 +169,7 @@ def lure(args: argparse.Namespace) -> dict[str, Any]:
 def chess_testbed(args: argparse.Namespace) -> dict[str, Any]:
     """Pretrain (two budgets) -> SFT on traces -> RL on puzzles; post-RL accuracy per budget."""
     from rlvr.analysis.chess import pretraining_report
-    from rlvr.envs.chess_pretrain import run_pipeline
+    from rlvr.train.chess_pipeline import run_pipeline
     from rlvr.train.config import load_config
     start, runs = time.perf_counter(), []
     for budget in (0, 600):

@@ -221,7 +221,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    from rlvr.analysis.bounds import bound_report
+    from rlvr.analysis.bound_report import bound_report
     _print_summary(bound_report(args.path, problems=args.problems, delta=args.delta, seed=args.seed,
                                 decode=args.decode, max_new_tokens=args.max_new_tokens))
     return 0
@@ -239,7 +239,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from rlvr.models.export import export_run
+    from rlvr.train.run_policy import export_run
     print(json.dumps(export_run(args.source, args.out), indent=2))
     return 0
 

@@ -19,19 +19,20 @@ KINDS = (
     "weighting", "loss", "optimizer", "task",
 )
 
-# Modules whose import registers the built-in plug-ins of each kind.
+# Modules whose import registers the built-in plug-ins of each kind (named, not imported: the
+# plug-ins sit in higher layers than the registry, ``rlvr.layers``).
 _BUILTIN_MODULES = {
-    "advantage": "rlvr.advantages",
-    "loss": "rlvr.losses",
-    "filter": "rlvr.filters",
-    "verifier": "rlvr.rewards",
-    "shaper": "rlvr.rewards",
-    "task": "rlvr.tasks",
-    "selector": "rlvr.selection",
-    "sampler": "rlvr.rollout",
-    "engine": "rlvr.rollout.engines",
-    "weighting": "rlvr.weighting",
-    "optimizer": "rlvr.optim",
+    "advantage": ("rlvr.advantages",),
+    "loss": ("rlvr.losses",),
+    "filter": ("rlvr.filters",),
+    "verifier": ("rlvr.rewards",),
+    "shaper": ("rlvr.rewards",),
+    "task": ("rlvr.tasks", "rlvr.envs"),  # the environments register their environment-backed tasks
+    "selector": ("rlvr.selection",),
+    "sampler": ("rlvr.rollout",),
+    "engine": ("rlvr.rollout.engines",),
+    "weighting": ("rlvr.weighting",),
+    "optimizer": ("rlvr.optim",),
 }
 
 
@@ -138,8 +139,7 @@ def _check_kind(kind: str) -> None:
 
 def _entries(kind: str) -> dict[str, Entry]:
     _check_kind(kind)
-    module = _BUILTIN_MODULES.get(kind)
-    if module is not None:
+    for module in _BUILTIN_MODULES.get(kind, ()):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:  # a kind whose built-ins are not written yet

@@ -9,7 +9,6 @@ steps then held constant; gradients clipped to ``max_grad_norm``.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from typing import Any, Callable
@@ -20,12 +19,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.lr_schedule import SCHEDULES, lr_factor  # noqa: F401  (SCHEDULES: the names warm_start takes)
 from rlvr.models.loading import render_prompt
 from rlvr.tasks.base import Task
 from rlvr.types import Problem
 
 IGNORE = -100
-SCHEDULES = ("constant", "linear", "cosine")
 
 
 def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, *, steps: int = 400,
@@ -76,25 +75,6 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
     tail = losses[-10:]
     return {"loss": sum(tail) / len(tail), "loss_first": losses[0], "loss_last": losses[-1],
             "steps": len(losses), "seconds": time.perf_counter() - start}
-
-
-def lr_factor(schedule: str, warmup: int, steps: int) -> Callable[[int], float]:
-    """Multiplier of the base rate at step s: linear warm-up over ``warmup`` steps, then constant,
-    linear decay to 0 at ``steps``, or cosine decay to 0."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"warm_start: unknown schedule '{schedule}'; valid: {', '.join(SCHEDULES)}")
-
-    def factor(s: int) -> float:
-        if s < warmup:
-            return (s + 1) / warmup
-        frac = (s - warmup) / max(1, steps - warmup)  # 0 → 1 over the post-warm-up steps
-        if schedule == "linear":
-            return max(0.0, 1.0 - frac)
-        if schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac)))
-        return 1.0
-
-    return factor
 
 
 def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem], suffix: str = "",

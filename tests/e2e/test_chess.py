@@ -42,7 +42,7 @@ def test_pretraining_lowers_held_out_loss():
 
 def test_pipeline_and_report_over_two_budgets(tmp_path):
     from rlvr.analysis.chess import pretraining_report
-    from rlvr.envs.chess_pretrain import run_pipeline
+    from rlvr.train.chess_pipeline import run_pipeline
     runs = []
     for budget in (0, 10):
         cfg = tiny_config(tmp_path / str(budget), ["run.steps=2", "rollout.max_new_tokens=24"], path=PRESET)

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from rlvr.cli import main
 from rlvr.models import format_prompt
-from rlvr.models.export import load_run_policy
+from rlvr.train.run_policy import load_run_policy
 from rlvr.models.real import make_example
 from rlvr.rollout import generate
 from rlvr.train.checkpoint import latest_checkpoint

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from rlvr.models.export import export_run
+from rlvr.train.run_policy import export_run
 from rlvr.models.real import make_example
 from tests.e2e.test_distributed import ROOT, _max_diff, _run
 from tests.tolerance import assert_same_loss, assert_same_update

@@ -84,7 +84,7 @@ def reward_slope(rewards: Sequence[float], window: int) -> float:
 
 def pretraining_report(runs: list[dict[str, Any]], *, slope_window: int) -> dict[str, Any]:
     """Post-RL accuracy against pretraining loss, RL reward slope against pretraining tokens, and
-    amplify/surface per run. Each run is ``rlvr.envs.chess_pretrain.run_pipeline``'s output."""
+    amplify/surface per run. Each run is ``rlvr.train.chess_pipeline.run_pipeline``'s output."""
     rows = []
     for run in runs:
         rows.append({"params": run["params"], "pretrain_tokens": run["pretrain_tokens"],

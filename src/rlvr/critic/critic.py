@@ -10,7 +10,7 @@ normalisers, so the gradient equals the single-process one.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -20,12 +20,30 @@ from rlvr.critic.value_loss import clipped_value_loss, explained_variance
 from rlvr.critic.value_model import ValueModel, build_value_model
 from rlvr.critic.view import POLICY_VIEW, critic_prompts, template_fields
 from rlvr.losses.objective import NonFiniteLossError
+from rlvr.lr_schedule import lr_schedule
 from rlvr.ops import masked_mean
 from rlvr.rollout.lockstep import forward_count
-from rlvr.train.sharding import Sharding
 from rlvr.types import Rollouts
 
 _PROMPT, _OLD = "critic_prompt", "critic_old_values"  # per-batch entries in Rollouts.meta
+
+
+class GradClipper(Protocol):
+    """What the critic needs of the run's backend (``rlvr.train.sharding.Sharding`` provides it)."""
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> Tensor:
+        """Clip the gradients of ``model`` to ``max_norm`` (inf: measure only); the global norm."""
+
+
+class WholeParameters:
+    """One process or DDP, parameters whole on every rank: accelerate clips (``Sharding``'s default)."""
+
+    def __init__(self, accelerator: Any) -> None:
+        self.acc = accelerator
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> Tensor:
+        total = self.acc.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], max_norm)
+        return total.full_tensor() if hasattr(total, "full_tensor") else total
 
 
 class Critic:
@@ -35,8 +53,9 @@ class Critic:
     # keeps every row (optim.skip_zero_rows is off with a critic).
     needs_every_row = True
 
-    def __init__(self, cfg: Any, policy: torch.nn.Module, tokenizer: Any, accelerator: Any, total_steps: int) -> None:
-        from rlvr.train.build import lr_schedule
+    def __init__(self, cfg: Any, policy: torch.nn.Module, tokenizer: Any, accelerator: Any, total_steps: int,
+                 sharding: GradClipper | None = None) -> None:
+        """``sharding``: the trainer's backend (``rlvr.train.sharding``), by default whole parameters."""
         template_fields(cfg.template)  # a bad template fails before any work
         self.cfg, self.tokenizer, self.acc = cfg, tokenizer, accelerator
         model = build_value_model(policy, init=cfg.init, path=cfg.path, bound=cfg.bound,
@@ -45,7 +64,7 @@ class Critic:
                                       weight_decay=cfg.weight_decay)
         self.scheduler = lr_schedule(optimizer, cfg.schedule, cfg.lr_warmup_steps, max(total_steps * cfg.epochs, 1))
         self.model, self.optimizer = accelerator.prepare(model, optimizer)  # sharded like the policy (FSDP2)
-        self.sharding = Sharding(accelerator)
+        self.sharding = sharding if sharding is not None else WholeParameters(accelerator)
 
     @property
     def value_model(self) -> ValueModel:

@@ -45,7 +45,7 @@ def critic_prompts(batch: Rollouts, tokenizer: Any, template: str) -> tuple[Tens
     if template == POLICY_VIEW:
         return batch.prompt_ids, batch.prompt_mask
     from rlvr.models import render_prompt
-    from rlvr.rollout import encode_prompts
+    from rlvr.rollout.hf import encode_prompts
     texts = [render_prompt(tokenizer, p, privileged_text(p, template)) for p in batch.problems]
     ids, mask = encode_prompts(tokenizer, texts)
     return ids.to(batch.prompt_ids.device), mask.to(batch.prompt_ids.device)

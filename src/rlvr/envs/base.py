@@ -31,6 +31,7 @@ Environments are plug-ins of their own small registry (``register_env`` / ``buil
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
@@ -40,6 +41,8 @@ from rlvr.types import Problem, Score
 
 ROLE_POLICY = "policy"  # the default role of every turn
 EPISODE_KEY = "episode"  # Problem.meta key under which the multi_turn sampler files a row's episode
+# The package whose import registers the built-in environments: named, since it imports this module.
+_BUILTIN_MODULE = "rlvr.envs"
 
 
 class EnvError(RuntimeError):
@@ -87,15 +90,13 @@ def register_env(name: str) -> Callable[[E], E]:
 
 def env_names() -> list[str]:
     """The registered environment names, sorted (importing ``rlvr.envs`` registers the built-ins)."""
-    import rlvr.envs  # noqa: F401  (registers the built-in environments)
-
+    importlib.import_module(_BUILTIN_MODULE)
     return sorted(_ENVIRONMENTS)
 
 
 def get_env(name: str) -> type:
     """The environment class registered as ``name``."""
-    import rlvr.envs  # noqa: F401
-
+    importlib.import_module(_BUILTIN_MODULE)
     if name not in _ENVIRONMENTS:
         raise RegistryError(f"unknown environment '{name}'; valid names: {', '.join(sorted(_ENVIRONMENTS)) or '(none)'}")
     return _ENVIRONMENTS[name]

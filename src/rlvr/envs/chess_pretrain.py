@@ -1,26 +1,23 @@
-"""The chess pipeline (docs/methods.md §2.22): pretrain a tiny LM on game text → SFT on reasoning traces → RLVR.
-
-``run_pipeline`` runs the three stages for one model size and pretraining budget and returns what
-``rlvr.analysis.chess`` relates: pretraining loss and tokens, accuracy after SFT and after RL, the
-RL reward curve, and each evaluation puzzle's correct-move probability before and after RL.
+"""The chess pipeline's first two stages (docs/methods.md §2.22): pretrain a tiny LM on game text, then SFT on
+reasoning traces. ``rlvr.train.chess_pipeline.run_pipeline`` runs them and then RLVR.
 
 Stages:
   1. pretraining: next-character cross-entropy on random windows of the game-text stream
      (``rlvr.envs.chess_games.game_corpus``); budget = optimizer steps × batch × window tokens;
   2. SFT: ``rlvr.sft`` demonstration batches (``prompt → trace>move``) from a fixed puzzle pool;
-  3. RL: the gradient ``Trainer`` on ``chess_puzzles`` with the run config (e.g. the chess_rl preset).
+  3. RL (``rlvr.train.chess_pipeline``): the gradient ``Trainer`` on ``chess_puzzles`` with the run
+     config (e.g. the chess_rl preset).
 """
 
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from rlvr.models import build_char_tokenizer, build_tiny_model, count_parameters
+from rlvr.models import build_char_tokenizer, build_tiny_model
 
 # FEN pieces and placement, files/ranks, side to move, SAN symbols, the trace words and separators.
 CHESS_CHARSET = "pnbrqkPNBRQKO12345678/abcdefghtx w:>,;+#=-\n"
@@ -94,44 +91,6 @@ def sft(model: torch.nn.Module, tokenizer: Any, task: Any, pool: list, *, steps:
         losses.append(float(loss.detach()))
     tail = losses[-10:]
     return {"loss": sum(tail) / len(tail) if tail else float("nan")}
-
-
-def run_pipeline(cfg: Any, *, pretrain_steps: int, sft_steps: int, games: int = 200, sft_pool: int = 128,
-                 eval_puzzles: int = 48, samples: int = 8, pretrain_batch: int = 16, window: int = 96) -> dict[str, Any]:
-    """Pretrain (``pretrain_steps``) → SFT (``sft_steps``) → RL (``cfg.run.steps`` of the gradient
-    trainer on ``cfg``'s task) for the model size of ``cfg.model``; everything seeded by ``cfg.run.seed``."""
-    from rlvr.analysis.chess import correct_move_rate
-    from rlvr.train.build import build_task
-    from rlvr.train.logging import read_metrics
-    from rlvr.train.trainer import Trainer
-    from rlvr.envs.chess_games import game_corpus
-    seed, start = cfg.run.seed, time.perf_counter()
-    torch.manual_seed(seed)
-    tokenizer = chess_tokenizer()
-    model = build_chess_model(tokenizer, cfg.model.hidden, cfg.model.layers, cfg.model.heads, seed)
-    out: dict[str, Any] = {"params": count_parameters(model), "hidden": cfg.model.hidden, "layers": cfg.model.layers}
-    task = build_task(cfg)
-    fmt = task.config.board_format  # games are written the way puzzles are asked
-    corpus = game_corpus(games, seed, board_format=fmt)
-    held = game_corpus(max(games // 10, 10), seed + 10**6, board_format=fmt)
-    pre = pretrain(model, tokenizer, corpus, steps=pretrain_steps, batch_size=pretrain_batch, window=window,
-                   seed=seed, eval_texts=held)
-    out.update({"pretrain_steps": pretrain_steps, "pretrain_tokens": pre["tokens"], "pretrain_loss": pre["eval_loss"]})
-    out["sft_loss"] = sft(model, tokenizer, task, task.problems(sft_pool, seed=seed + 1), steps=sft_steps,
-                          seed=seed)["loss"]
-    puzzles = task.problems(eval_puzzles, seed=seed, split="test")
-    out["ratings"] = [p.meta["rating"] for p in puzzles]
-    out["p_sft"] = correct_move_rate(model, tokenizer, task, puzzles, samples=samples, seed=seed,
-                                     max_new_tokens=cfg.rollout.max_new_tokens)
-    trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
-    trainer.train()
-    out["rl_rewards"] = [row.get("reward/mean", 0.0) for row in read_metrics(cfg.run.out_dir)]
-    out["p_rl"] = correct_move_rate(trainer.policy, tokenizer, task, puzzles, samples=samples, seed=seed,
-                                    max_new_tokens=cfg.rollout.max_new_tokens)
-    out["accuracy_sft"] = sum(out["p_sft"]) / len(puzzles)
-    out["accuracy_rl"] = sum(out["p_rl"]) / len(puzzles)
-    out["seconds"] = time.perf_counter() - start
-    return out
 
 
 def _ids(tokenizer: Any, texts: list[str]) -> torch.Tensor:

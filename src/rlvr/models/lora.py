@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import torch
 
-from rlvr.train.config import LoraSpec
+from rlvr.models.lora_spec import LoraSpec
 
 
 def add_lora(model: torch.nn.Module, spec: LoraSpec, seed: int = 0) -> torch.nn.Module:

@@ -6,11 +6,12 @@ Importing this package registers them; ``optim.name`` in a run config picks one
 
 from rlvr.optim.base import OptimizerPlugin
 from rlvr.optim.es import (
-    ES, ESConfig, ESStepResult, apply_update, es_delta, es_step, param_noise, perturb, restore,
+    ESConfig, ESStepResult, apply_update, es_delta, es_step, param_noise, perturb, restore,
     seed_coefficients, select_parameters, snapshot, z_score,
 )
 from rlvr.optim.noise import member_seeds, seeded_noise, tensor_seed
-from rlvr.optim.sequential import GRPOThenES, SequentialTrainer
+from rlvr.optim.es_plugin import ES, GRPOThenES
+from rlvr.optim.sequential import SequentialTrainer
 from rlvr.optim import hyper_es, progressive  # noqa: E402,F401  (registers hyper_es, progressive_rlvr)
 from rlvr.optim import lure  # noqa: E402,F401  (registers lure)
 

@@ -2,7 +2,8 @@
 
 The math lives here as plain functions on parameter lists (``es_step`` is the OPT hook
 ``step(theta, fitness_fn)`` of docs/methods.md §0.3); ``rlvr.optim.es_trainer`` wraps it in a training loop
-with a verifier-reward fitness, and the ``es`` plug-in builds that loop from a run config.
+with a verifier-reward fitness, and the ``es`` plug-in (``rlvr.optim.es_plugin``) builds that loop
+from a run config.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from rlvr.optim.base import OptimizerPlugin
 from rlvr.optim.noise import seeded_noise, tensor_seed
-from rlvr.registry import param, register
+from rlvr.registry import param
 
 Params = list[tuple[str, torch.nn.Parameter]]
 FitnessFn = Callable[[int], "Tensor | float"]  # member index -> (X,) per-prompt rewards, or a scalar
@@ -170,7 +170,7 @@ def gather_rows(local: dict[int, Tensor], n: int, world_size: int) -> Tensor:
     return table
 
 
-# --- the plug-in ------------------------------------------------------------------------------
+# --- the plug-in's configuration ----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ESConfig:
@@ -208,36 +208,3 @@ class ESConfig:
     @property
     def step_size(self) -> float:
         return self.alpha if self.alpha > 0 else self.sigma / 2
-
-
-@register("optimizer", "es")
-class ES(OptimizerPlugin):
-    """Evolution strategies on the weights: seeded Gaussian perturbations scored by verifier reward.
-
-    Paper: Qiu et al., "Evolution Strategies at Scale: LLM Fine-Tuning Beyond Reinforcement
-    Learning" (arXiv:2509.24372); reference code VsonicV/es-fine-tuning-paper (docs/methods.md §1.9).
-
-    Equation: members ``θ_k = θ + σ ε(seed_k)``; ``F_k`` = mean verifier reward of ``θ_k`` on one
-    shared prompt batch; ``z_k = (F_k − mean F)/(std F + eps)``;
-    ``θ ← θ + (α/N) Σ_k z_k ε(seed_k)`` (no 1/σ; noise regenerated from the seed, summed in fp32).
-
-    Differs from the gradient trainer (GRPO and friends):
-      * no backward pass, no log-probs, no optimizer state: only the integer seeds of a step;
-      * the reward of a whole weight perturbation is the signal (no per-token credit);
-      * a population is split over processes (torch.distributed), fitness all-gathered;
-      * ``include`` / ``exclude`` restrict the search to some layers or LoRA adapters;
-      * ``grpo_steps > 0`` runs that many gradient steps first (the sequential schedule of §2.5).
-
-    Shapes: per member a fitness row (X,) over the step's prompts; fitness (N,), seeds (S,),
-    update shaped like each selected parameter.
-    """
-
-    Config = ESConfig
-    paper = "Evolution Strategies at Scale: LLM Fine-Tuning Beyond Reinforcement Learning (arXiv:2509.24372)"
-
-    def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None) -> Any:
-        if self.config.grpo_steps > 0:
-            from rlvr.optim.sequential import SequentialTrainer
-            return SequentialTrainer(cfg, self.config, model=model, tokenizer=tokenizer)
-        from rlvr.optim.es_trainer import ESTrainer
-        return ESTrainer(cfg, self.config, model=model, tokenizer=tokenizer)

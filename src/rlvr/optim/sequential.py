@@ -8,14 +8,12 @@ and step numbering; a checkpoint's ``phase`` says which one to resume.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from rlvr.optim.es import ES, ESConfig
+from rlvr.optim.es import ESConfig
 from rlvr.optim.es_trainer import ESTrainer
-from rlvr.registry import param, register
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.config import Config, replace
 
@@ -62,38 +60,3 @@ class SequentialTrainer:
         self.es_trainer.parts["selector"] = self.parts["selector"]  # a curriculum carries over between phases
         out = self.es_trainer.train(resume=in_es, eval_fn=eval_fn)
         return {**out, "grpo_steps": first["steps"]}
-
-
-@dataclass(frozen=True)
-class GRPOThenESConfig(ESConfig):
-    grpo_steps: int | None = param(None, "gradient (GRPO) steps S₁ before ES takes over (required, docs/methods.md "
-                                         "§2.5); ES runs the rest of run.steps")
-
-    def __post_init__(self) -> None:
-        if self.grpo_steps is None:
-            raise ValueError("grpo_then_es: grpo_steps (S₁) is required: the gradient steps before ES takes over")
-        super().__post_init__()
-        if self.grpo_steps < 1:
-            raise ValueError(f"grpo_then_es: grpo_steps must be >= 1, got {self.grpo_steps}")
-
-
-@register("optimizer", "grpo_then_es")
-class GRPOThenES(ES):
-    """Sequential schedule: GRPO for S₁ steps, then ES from θ_{S₁} (a RECONSTRUCTION).
-
-    Paper: "ES vs GRPO: coverage, JS diversity, sequential GRPO→ES" (docs/methods.md §2.5; abstract only),
-    building on Qiu et al. (arXiv:2509.24372). Reconstructed: the switch point S₁ (``grpo_steps``;
-    the abstract gives none) and that ES restarts with no memory of the gradient phase.
-
-    Equation: θ_{S₁} = GRPO^{S₁}(θ_0); then θ ← θ + (α/N) Σ_k z_k ε(seed_k) for run.steps − S₁ iterations.
-
-    Differs from es:
-      * the first ``grpo_steps`` steps are gradient-trainer steps (``algorithm.*``, ``optim.lr``);
-      * ``grpo_steps`` defaults to 100 and must be >= 1 and < run.steps.
-
-    Shapes: as es.
-    """
-
-    Config = GRPOThenESConfig
-    paper = ("ES vs GRPO: coverage, JS diversity, sequential GRPO→ES (arXiv id unknown; seed abstract); "
-             "ES of arXiv:2509.24372")

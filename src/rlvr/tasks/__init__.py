@@ -1,4 +1,5 @@
-"""The testbed's verifiable tasks; importing this package registers them under kind "task"."""
+"""The testbed's verifiable tasks; importing this package registers them under kind "task" (the
+environment-backed tasks register with ``rlvr.envs``, which the registry imports by name)."""
 
 from rlvr.tasks.base import SPLITS, Task, TaskConfig, answer_after_marker, prompt_hash
 from rlvr.tasks.safe import safe_verify, verify_all
@@ -12,4 +13,3 @@ __all__ = [
     "SPLITS", "Arithmetic", "Countdown", "Dataset", "Task", "TaskConfig", "answer_after_marker",
     "prompt_hash", "read_table", "safe_verify", "verify_all",
 ]
-from rlvr import envs  # noqa: E402,F401  (registers the environment-backed tasks)

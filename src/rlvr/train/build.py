@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from rlvr.losses.objective import Objective, ObjectiveConfig
+from rlvr.lr_schedule import SCHEDULES, lr_schedule
 from rlvr.registry import RegistryError, build, get
 from rlvr.train.config import Config, ConfigError, PluginSpec
 
@@ -114,22 +114,6 @@ def build_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.optim.Op
     warn_half_updates(params)
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     total = max(cfg.run.steps * o.ppo_epochs * o.mini_batches, 1)
+    if o.schedule not in SCHEDULES:
+        raise ConfigError(f"optim.schedule must be constant, linear or cosine, got '{o.schedule}'")
     return optimizer, lr_schedule(optimizer, o.schedule, o.warmup_steps, total)
-
-
-def lr_schedule(optimizer: torch.optim.Optimizer, schedule: str, warm: int, total: int) -> Any:
-    """Linear warm-up over ``warm`` optimizer steps, then constant, linear or cosine decay to ``total``."""
-    if schedule not in ("constant", "linear", "cosine"):
-        raise ConfigError(f"optim.schedule must be constant, linear or cosine, got '{schedule}'")
-
-    def factor(i: int) -> float:  # multiplier of the base learning rate at optimizer step i
-        if warm and i < warm:
-            return (i + 1) / warm
-        frac = min(max(i - warm, 0) / max(total - warm, 1), 1.0)
-        if schedule == "linear":
-            return 1.0 - frac
-        if schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * frac))
-        return 1.0
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

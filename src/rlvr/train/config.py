@@ -16,7 +16,9 @@ from typing import Any
 import yaml
 
 from rlvr.aggregation import Aggregation
+from rlvr.models.lora_spec import LoraSpec
 from rlvr.registry import param
+from rlvr.train.ranges import check_ranges
 
 
 class ConfigError(ValueError):
@@ -34,28 +36,6 @@ class PluginSpec:
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 MIXED_PRECISION = ("no", "bf16", "fp16")
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    """``model.lora``: a LoRA adapter on the policy (None or ``{}`` = full fine-tuning)."""
-
-    r: int = param(16, "adapter rank r")
-    alpha: float = param(32.0, "scale numerator: the update is (alpha / r) * B A")
-    dropout: float = param(0.0, "dropout on the adapter's input")
-    target_modules: tuple = param(("all-linear",), "module names that get an adapter (e.g. [q_proj, v_proj]); "
-                                                   "'all-linear' = every linear layer except the output head")
-
-    def __post_init__(self) -> None:
-        if self.r < 1:
-            raise ValueError(f"model.lora.r must be >= 1, got {self.r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"model.lora.dropout must be in [0, 1), got {self.dropout}")
-        targets = (self.target_modules,) if isinstance(self.target_modules, str) else tuple(self.target_modules)
-        if not targets or not all(isinstance(t, str) and t for t in targets):
-            raise ValueError(f"model.lora.target_modules must be a non-empty list of module names, "
-                             f"got {self.target_modules!r}")
-        object.__setattr__(self, "target_modules", targets)
 
 
 @dataclass(frozen=True)
@@ -292,8 +272,7 @@ class Config:
     run: RunConfig = param(RunConfig(), "run length, seed, logging")
 
     def __post_init__(self) -> None:
-        from rlvr.train.validate import check_ranges  # numeric ranges: one line naming the key
-        check_ranges(self)
+        check_ranges(self)  # numeric ranges: one line naming the key
         if self.model.lora is not None and self.optim.name != "adamw":
             raise ValueError(f"model.lora: optimizer '{self.optim.name}' runs its own training loop on the full "
                              f"weights and does not take a LoRA policy; remove model.lora or use optim.name=adamw")

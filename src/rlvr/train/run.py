@@ -9,46 +9,13 @@ from typing import Any, Callable
 import torch
 
 from rlvr.tasks.pool import active, uses_pool, verifier_pool
-from rlvr.train.build import build_model, build_task
+from rlvr.train.build import build_task
 from rlvr.train.config import Config
 from rlvr.train.run_dir import claim_run_dir
 from rlvr.train.sharding import evaluates_here, lockstep_of
 from rlvr.train.trainer import Trainer, write_summary
 from rlvr.train.validate import validate_run
-
-
-def warm_start_model(cfg: Config) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
-    """The configured policy, supervised on task demonstrations when ``warm_start.steps > 0``."""
-    from rlvr.sft import warm_start
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    torch.manual_seed(cfg.run.seed)
-    model, tokenizer = build_model(cfg)
-    info: dict[str, Any] = {"warm_start_steps": cfg.warm_start.steps}
-    if cfg.warm_start.steps > 0:
-        ws, task = cfg.warm_start, build_task(cfg)
-        stop_when = _accuracy_reached(model, tokenizer, task, cfg, info) if ws.target_accuracy > 0 else None
-        result = warm_start(model, tokenizer, task, steps=max(ws.max_steps, ws.steps) if stop_when else ws.steps,
-                            batch_size=ws.batch_size, lr=ws.lr, warmup=ws.warmup, seed=cfg.run.seed,
-                            stop_when=stop_when, min_steps=ws.steps, check_every=ws.check_every,
-                            demo_suffix=ws.demo_suffix)
-        info.update({f"warm_start_{k}": v for k, v in result.items()})
-    return model, tokenizer, info
-
-
-def _accuracy_reached(model: torch.nn.Module, tokenizer: Any, task: Any, cfg: Config,
-                      info: dict[str, Any]) -> Callable[[int], bool]:
-    """Stop rule for the warm start: greedy accuracy on 100 validation problems (drawn from the
-    train split, never the held-out one) has reached ``warm_start.target_accuracy``."""
-    from rlvr.eval import evaluate
-    problems = task.problems(100, seed=10**6 + cfg.run.seed)
-    info["warm_start_validation"] = []
-
-    def stop(step: int) -> bool:
-        acc = evaluate(model, tokenizer, task, problems, k=0, max_new_tokens=cfg.rollout.max_new_tokens)
-        info["warm_start_validation"].append((step, acc["greedy_accuracy"]))
-        return acc["greedy_accuracy"] >= cfg.warm_start.target_accuracy
-    return stop
+from rlvr.train.warm_start import warm_start_model
 
 
 def heldout(task: Any, n: int, seed: int) -> list:
@@ -169,7 +136,7 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
     from rlvr.train.config import load_config, replace
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built
-        from rlvr.models.export import load_run_policy
+        from rlvr.train.run_policy import load_run_policy
         cfg = load_config(folder / "config.yaml", overrides)
         model, tokenizer, _ = load_run_policy(folder, overrides)
     else:

@@ -26,6 +26,7 @@ from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
 from rlvr.models.lora import add_lora, base_state_dict, is_lora, reference_of
 from rlvr.rewards.functions import objective_weights
+from rlvr.rollout.warm_start import warm_start_by
 from rlvr.tasks.pool import uses_pool, verifier_pool
 from rlvr.train import deepspeed_backend as ds
 from rlvr.train.budget import budget_reason, end_step
@@ -43,6 +44,7 @@ from rlvr.train.sharding import Sharding, make_accelerator
 from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.train.update import UpdatePhase
 from rlvr.train.validate import context_length, fit_prompts
+from rlvr.train.warm_start import weak_warm_start
 from rlvr.types import AdvantageInputs, Rollouts
 
 
@@ -69,7 +71,8 @@ class Trainer(UpdatePhase):
         fit_prompts(self.parts["task"], tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
         # The critic copies the plain backbone (init: policy) before any adapter goes on the policy.
-        self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps) if cfg.critic.enabled else None
+        self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps,
+                             self.sharding) if cfg.critic.enabled else None
         model.zero_grad(set_to_none=True)  # gradients a warm start left would join the first step's
         if cfg.model.lora is not None and not is_lora(model):
             model = add_lora(model, cfg.model.lora, seed=cfg.run.seed)
@@ -88,7 +91,8 @@ class Trainer(UpdatePhase):
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
             sampler=self.parts["sampler"], reference=self.ref_model, reward_functions=self.parts["reward_functions"],
             rows_over_ranks=lambda rows: rows_over_ranks(self.acc, rows))
-        self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
+        with warm_start_by(weak_warm_start):  # a weak model from the run's own warm start (prefix)
+            self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
         self.seconds_spent = 0.0  # RL wall-clock so far, across resumes (the time budget)
@@ -253,7 +257,7 @@ class Trainer(UpdatePhase):
         policy rebuilt from the last checkpoint (``train`` ends with one), as ``rlvr export`` does."""
         if not self.sharding.sharded:
             return self.policy
-        from rlvr.models.export import load_run_policy
+        from rlvr.train.run_policy import load_run_policy
         return load_run_policy(self.run_dir)[0]
 
     def save(self) -> None:

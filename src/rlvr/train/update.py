@@ -41,7 +41,7 @@ import torch
 from rlvr.batching import UpdatePlan, mini_batches, row_lengths
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
-from rlvr.rollout import sequence_logprobs
+from rlvr.rollout.scoring import sequence_logprobs
 from rlvr.rollout.lockstep import forward_count
 from rlvr.train.config import ConfigError
 from rlvr.train.precision import autocast

@@ -12,6 +12,7 @@ from rlvr.rollout.hf import generate_ids
 from rlvr.rollout.samplers.base import (SampleContext, Sampler, check_range, cut_at_boundary, engine_kwargs,
                                         extend_contexts, join_completions, mixed_groups, row_group_ids,
                                         sample_plain, trained_mask, uniform_fractions)
+from rlvr.rollout.warm_start import warm_started
 from rlvr.types import Origin, Problem, Rollouts
 
 
@@ -109,11 +110,9 @@ class WeakPrefixSampler(Sampler):
         if (folder / "config.json").exists():
             self._weak = _load_weak(str(folder), tokenizer)
             return
-        from rlvr.train.config import replace
-        from rlvr.train.run import warm_start_model  # lazy: the trainer imports the samplers
         steps = round(weak_fraction(spec) * cfg.warm_start.steps)
         with torch.random.fork_rng(devices=[]):
-            model, _, _ = warm_start_model(replace(cfg, warm_start={"steps": steps, "target_accuracy": 0.0}))
+            model = warm_started(cfg, steps)  # the trainer's warm start, handed down
         if is_main:
             model.save_pretrained(folder)
         self._weak = _frozen(model)
