@@ -15,7 +15,7 @@ import pytest
 from rlvr.registry import build
 from rlvr.tasks import pool as pool_mod
 from rlvr.tasks.pool import VerifierPool, active, verifier_pool
-from rlvr.tasks.safe import verify_all
+from rlvr.tasks import verify_all
 from rlvr.types import Problem, Score
 
 pytest.importorskip("math_verify")
@@ -185,7 +185,7 @@ def test_math_verify_timeout_warnings_stay_off_the_terminal(tmp_path):
     script = (
         "from rlvr.registry import build\n"
         "from rlvr.tasks.pool import VerifierPool\n"
-        "from rlvr.tasks.safe import verify_all\n"
+        "from rlvr.tasks import verify_all\n"
         "from rlvr.types import Problem\n"
         "if __name__ == '__main__':\n"
         f"    task = build('task', 'dataset', path={str(data)!r})\n"
