@@ -290,7 +290,7 @@ class VerifierPool:
                 raise VerifierPoolError(
                     f"verifier pool: workers cannot start: {self._failed_starts} in a row ended (last exit code "
                     f"{code}) before loading anything, usually because they cannot re-import the main module "
-                    f"(a script on stdin, or one without a main guard; its traceback is above); {_FIX}")
+                    f"(a script on stdin, or one without a main guard; its traceback is above); {_FIX}") from None
         self._workers[slot] = self._new_worker()
         self.replaced += 1
         return code
