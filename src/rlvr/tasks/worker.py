@@ -42,6 +42,7 @@ class Worker:
         self.loading = False
         self.ready = False
         self.killed = 0
+        self._stopped = False
 
     def send(self, op: Callable[..., Any], key: Any, target: Any, args: tuple) -> None:
         self.loading = key not in self.known  # the worker answers READY once it has loaded target
@@ -50,7 +51,10 @@ class Worker:
 
     def stop(self, force: bool = False) -> int | None:
         """End the worker (asked politely unless ``force``, then killed) and everything in its
-        session; the exit code of the worker."""
+        session; the exit code of the worker. Once only."""
+        if self._stopped:
+            return self.proc.exitcode
+        self._stopped = True
         if not force and self.proc.is_alive():
             try:
                 self.conn.send(None)
@@ -58,7 +62,7 @@ class Worker:
                 pass
             wait([self.proc.sentinel], 2.0)
         pid = self.proc.pid
-        if pid is not None:  # before join: the unreaped worker keeps its pid (the session id) from reuse
+        if pid is not None:
             self.killed += kill_session(pid)
         if self.proc.is_alive():
             self.proc.kill()
@@ -68,28 +72,26 @@ class Worker:
 
 
 def kill_session(sid: int) -> int:
-    """SIGKILL every live process of session ``sid`` (the worker's pid); how many, the worker aside."""
+    """SIGKILL every live process of session ``sid`` (the worker's pid); how many, the worker aside.
+    Only while the session has members is its id certain to be ours (a live session keeps the
+    number from reuse), so the group is signalled only then."""
     killed: set[int] = set()
     for _ in range(_SWEEP_ROUNDS):
-        _signal_group(sid)  # the worker's group at once: a fork in progress cannot outrun it
         members = session_members(sid)
         if not members:
             break
-        for pid in members:  # members that moved to a group of their own
+        try:
+            os.killpg(sid, signal.SIGKILL)  # the worker's group at once: a fork in progress cannot outrun it
+        except OSError:
+            pass  # the group is empty: every member left it
+        for pid in members:  # and members that moved to a group of their own
             try:
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+            except OSError:
                 pass
         killed.update(members)
     killed.discard(sid)
     return len(killed)
-
-
-def _signal_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass  # no such group (the worker never started its session, or it is empty)
 
 
 def session_members(sid: int) -> list[int]:
