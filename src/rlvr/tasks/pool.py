@@ -1,7 +1,8 @@
 """A persistent pool of verifier worker processes: a batch scored in parallel, under a hard limit.
 
 Workers start with ``forkserver`` (``spawn`` where there is none), never by forking the training
-process, which holds model or CUDA state and many threads. Each worker receives a call as
+process, which holds model or CUDA state and many threads (only ``verify_all``'s shared pool outside
+a run forks its caller, and only while that has one thread and no CUDA: ``fork_when_safe``). Each worker receives a call as
 ``(op, key, target, args)``: ``target`` (a task, a reward function; pickled) is sent once per
 worker and kept under ``key``, so a verifier is built once per worker; then ``op(target, *args)``
 runs there. A call past ``timeout_s`` gets its worker killed and replaced, and its row the outcome
@@ -137,7 +138,6 @@ class VerifierPool:
         self.replaced = 0  # workers killed (time-out) or found dead, and replaced
         self.killed = 0  # processes that verifier calls left running, killed with their worker
         self._failed_starts = 0  # workers in a row that died before loading anything
-        self._reported = 0  # of ``killed``, already warned about
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -171,7 +171,7 @@ class VerifierPool:
     def _new_worker(self) -> Worker:
         if self._fork and _fork_is_safe():
             return Worker(mp.get_context("fork"), self.memory_mb)
-        cause = _unimportable_main() if self._ctx.get_start_method() != "fork" else None
+        cause = _unimportable_main()
         if cause is not None:
             raise VerifierPoolError(f"verifier pool: workers cannot start: {cause}; {_FIX}")
         return Worker(self._ctx, self.memory_mb)
@@ -190,17 +190,17 @@ class VerifierPool:
         if self._starting is not None:
             self._starting.join()
             self._starting = None
+        before = self.killed
         for w in self._workers:
-            self._stop(w)
+            self._stop(w, warn=False)
         self._workers = []
-        if self.killed > self._reported:
-            warnings.warn(f"verifier pool: killed {self.killed - self._reported} process(es) that verifier calls "
-                          f"left running (each worker's session ends with it)", RuntimeWarning, stacklevel=2)
-            self._reported = self.killed
+        _warn_killed(self.killed - before, "when the pool closed")
 
-    def _stop(self, worker: Worker, force: bool = False) -> int | None:
+    def _stop(self, worker: Worker, force: bool = False, warn: bool = True) -> int | None:
         code = worker.stop(force)
         self.killed += worker.killed
+        if warn:
+            _warn_killed(worker.killed, "with a worker that was replaced")
         return code
 
     def pids(self) -> list[int]:
@@ -294,6 +294,12 @@ class VerifierPool:
         self._workers[slot] = self._new_worker()
         self.replaced += 1
         return code
+
+
+def _warn_killed(n: int, when: str) -> None:
+    if n:
+        warnings.warn(f"verifier pool: killed {n} process(es) that verifier calls left running, {when} "
+                      f"(each worker runs in a session of its own that ends with it)", RuntimeWarning, stacklevel=3)
 
 
 def _fork_is_safe() -> bool:
