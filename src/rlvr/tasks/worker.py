@@ -17,11 +17,14 @@ import os
 import signal
 import sys
 import threading
+import time
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
 READY = ("ready", None)  # a worker has loaded a call's target (imports, unpickling); the call starts now
 _SWEEP_ROUNDS = 50  # scans of /proc while a fork bomb keeps forking (each round kills what it found)
+_EXIT_WAIT_S = 30.0  # how long stop() waits for the killed processes to finish exiting
+_PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is exiting (killed, tearing down)
 
 
 class Worker:
@@ -76,8 +79,8 @@ def kill_session(sid: int) -> int:
     Only while the session has members is its id certain to be ours (a live session keeps the
     number from reuse), so the group is signalled only then."""
     killed: set[int] = set()
-    for _ in range(_SWEEP_ROUNDS):
-        members = session_members(sid)
+    for _ in range(_SWEEP_ROUNDS):  # until a scan finds no process it has not signalled yet
+        members = [pid for pid in session_members(sid) if pid not in killed]
         if not members:
             break
         try:
@@ -90,12 +93,15 @@ def kill_session(sid: int) -> int:
             except OSError:
                 pass
         killed.update(members)
+    deadline = time.monotonic() + _EXIT_WAIT_S  # dying takes CPU (a big forked process unmaps its memory)
+    while killed and session_members(sid) and time.monotonic() < deadline:
+        time.sleep(0.02)
     killed.discard(sid)
     return len(killed)
 
 
 def session_members(sid: int) -> list[int]:
-    """Live (not zombie) processes whose session is ``sid``; [] where there is no /proc."""
+    """Live processes (not zombies, not exiting) whose session is ``sid``; [] where there is no /proc."""
     out = []
     try:
         names = os.listdir("/proc")
@@ -109,7 +115,7 @@ def session_members(sid: int) -> list[int]:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue  # ended while we looked
-        if fields[0] not in (b"Z", b"X") and int(fields[3]) == sid:
+        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_EXITING:
             out.append(int(name))
     return out
 
