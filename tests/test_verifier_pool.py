@@ -199,3 +199,17 @@ def test_math_verify_timeout_warnings_stay_off_the_terminal(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[1.0, 1.0, 0.0, 0.0] [1.0, 1.0, 0.0, 0.0]" in out.stdout
     assert "Timeout is disabled" not in out.stdout + out.stderr
+
+
+def test_an_interrupted_run_leaves_no_stale_answer_for_the_next(monkeypatch):
+    with VerifierPool(1) as pool:
+        collect = pool._collect
+
+        def interrupted(*args):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pool, "_collect", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _run(pool, [(_ok, 1.0)], timeout_s=5)  # its answer is on the way when the run stops
+        monkeypatch.setattr(pool, "_collect", collect)
+        assert _run(pool, [(_ok, 0.0), (_ok, 2.0)], timeout_s=5) == [("ok", Score(0.0)), ("ok", Score(2.0))]

@@ -227,16 +227,21 @@ class VerifierPool:
         self._grow(min(self.size, len(calls)))
         busy: dict[int, tuple[int, float]] = {}  # worker slot -> (call index, deadline)
         limit = timeout_s if timeout_s is not None and timeout_s > 0 else None
-        while pending or busy:
-            for slot in range(len(self._workers)):
-                if pending and slot not in busy:
-                    i = pending.popleft()
-                    results[i] = self._dispatch(slot, calls[i])
-                    if results[i] is None:  # a worker loading a new target has _LOAD_S until ready
-                        span = max(_LOAD_S, limit or 0.0) if self._workers[slot].loading else limit
-                        busy[slot] = (i, time.monotonic() + span if span else float("inf"))
-            if busy:
-                self._collect(busy, results, limit)
+        try:
+            while pending or busy:
+                for slot in range(len(self._workers)):
+                    if pending and slot not in busy:
+                        i = pending.popleft()
+                        results[i] = self._dispatch(slot, calls[i])
+                        if results[i] is None:  # a worker loading a new target has _LOAD_S until ready
+                            span = max(_LOAD_S, limit or 0.0) if self._workers[slot].loading else limit
+                            busy[slot] = (i, time.monotonic() + span if span else float("inf"))
+                if busy:
+                    self._collect(busy, results, limit)
+        except BaseException:  # interrupted, or the pool cannot start: busy workers' answers would reach
+            for slot in sorted(busy, reverse=True):  # the next run as its own, so they go
+                self._stop(self._workers.pop(slot), force=True, warn=False)
+            raise
         return results  # type: ignore[return-value]
 
     def _dispatch(self, slot: int, call: Call) -> Outcome | None:
