@@ -123,7 +123,8 @@ class RolloutConfig:
                                     "checks (needs_timeout = False) always verify in-process")
     verify_memory_mb: int = param(4096, "address space (MiB) each verifier pool worker may add beyond its size at "
                                         "start (RLIMIT_AS): a call past it scores 0 with the reason and the pool "
-                                        "carries on; 0 = no limit")
+                                        "carries on; 0 = no limit (needed by reward functions that use CUDA, "
+                                        "which reserves far more address space)")
     engine: str = param("loop", "generation engine (rlvr list --kind engine): loop | hf | specroll | vllm | vllm_server | "
                                 "'pkg.module:MyEngine'")
     engine_params: dict = param({}, "options of the engine (its Config; rlvr list --kind engine)")
