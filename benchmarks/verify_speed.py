@@ -1,24 +1,24 @@
-"""Verification throughput: the verifier pool against the serial path the collector took before it.
+"""Verification cost per completion: ``verify_all``'s default against a run's pool and in-process.
 
-512 GSM8K-style completions (worked reasoning ending in an answer: right, wrong, in other notations
--- ``\\boxed{}``, ``$...$``, ``1,234``, ``72.0``, ``\\frac{144}{2}`` -- or with no answer at all)
-are scored for the dataset task's default verifier, ``math_verify``, three ways:
+``--n`` (256) GSM8K-style completions (worked reasoning ending in an answer: right, wrong, in other
+notations -- ``\\boxed{}``, ``$...$``, ``1,234``, ``72.0``, ``\\frac{144}{2}`` -- or with no answer at
+all) are scored for the dataset task's default verifier, ``math_verify``, these ways (ms per completion):
 
-* ``serial``: ``verify_all`` with no pool (``rollout.verify_workers: 0``) -- the path the collector
-  took for the dataset task before the pool: one call after another, each forking a child of the
-  calling process that is killed at the limit (``isolation: process``).
+* ``default``: ``rlvr.tasks.verify_all(task, problems, texts)`` with nothing open, as a library
+  user calls it: ``first_call`` opens the shared pool (its start-up included), ``later_call`` reuses it.
 * ``pool``: ``verify_all`` in a ``VerifierPool`` of ``--workers`` processes (default: one per core),
-  timed warm (workers started and the task loaded: the steady state of a run) and cold (start-up
-  included: what the first step of a run pays once).
-* ``arithmetic``: the bounded testbed check (``needs_timeout = False``) in-process against forced
-  through the pool, per call: why such tasks keep verifying in-process.
+  as a run verifies: ``warm`` (workers started and the task loaded) and ``cold`` (start-up included).
+* ``in_process``: the math-verify check called directly, one after another, with no guard at all.
+* ``serial``: ``verify_all`` inside ``verifier_pool(0)`` (``rollout.verify_workers=0``): one call at a
+  time, each forking a child killed at the limit -- the library path before the shared pool.
+* ``arithmetic_us_per_call``: the bounded testbed check (``needs_timeout = False``) in-process against
+  forced through the pool: why such tasks keep verifying in-process.
 
-Prints one JSON object: completions/s and seconds for each path, ``speedup`` (pool warm over
-serial), ``agreement`` (fraction of identical verdicts) and the 1-minute load average before and
-after (other work on the machine slows every figure).
+Prints one JSON object, with ``agreement`` (fraction of verdicts equal to the serial path's) and the
+1-minute load average before and after (other work on the machine slows every figure).
 
-    python benchmarks/verify_speed.py                 # ~1 minute on 2 cores
-    python benchmarks/verify_speed.py --n 128 --repeats 1
+    python benchmarks/verify_speed.py --n 256            # ~40 s on 2 cores
+    python benchmarks/verify_speed.py --n 256 --serial-n 64
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from pathlib import Path
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=512, help="completions to verify")
+    p.add_argument("--n", type=int, default=256, help="completions to verify")
     p.add_argument("--workers", type=int, default=-1, help="pool workers (-1: one per core)")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats of each path (the median is reported)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats of each warm path (the median is reported)")
+    p.add_argument("--serial-n", type=int, default=128, help="completions timed on the slow serial path")
     p.add_argument("--timeout", type=float, default=5.0, help="time limit of one call, seconds")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
@@ -86,8 +87,9 @@ def timed(fn, repeats: int) -> tuple[float, list]:
 def main() -> None:
     args = parse_args()
     from rlvr.registry import build
-    from rlvr.tasks.pool import VerifierPool
-    from rlvr.tasks.safe import _verify_op, verify_all
+    from rlvr.tasks import verify_all
+    from rlvr.tasks.pool import VerifierPool, verifier_pool
+    from rlvr.tasks.verify import _verify_op, shared_pool
     from rlvr.types import Problem
 
     load_before = os.getloadavg()[0]
@@ -97,25 +99,40 @@ def main() -> None:
         data.write_text("".join(json.dumps({"prompt": p, "answer": g}) + "\n" for p, g in zip(prompts, golds)))
         task = build("task", "dataset", path=str(data))
         problems = [Problem(p, g) for p, g in zip(prompts, golds)]
-        serial_s, serial = timed(lambda: verify_all(task, problems, texts, args.timeout), args.repeats)
+        first_s, default = timed(lambda: verify_all(task, problems, texts, args.timeout), 1)  # nothing open yet
+        later_s, _ = timed(lambda: verify_all(task, problems, texts, args.timeout), args.repeats)
+        default_pool = shared_pool(create=False)
+        start_method = default_pool._workers[0].proc._popen.method if default_pool._workers else None
         start = time.perf_counter()
-        pool = VerifierPool(args.workers)
-        with pool:
+        with VerifierPool(args.workers) as pool:
             cold = verify_all(task, problems, texts, args.timeout, pool=pool)
             cold_s = time.perf_counter() - start
             warm_s, warm = timed(lambda: verify_all(task, problems, texts, args.timeout, pool=pool), args.repeats)
             arith = _arithmetic(build, pool, args.repeats, _verify_op)
         workers = pool.size
-    agree = sum(a.value == b.value for a, b in zip(serial, warm)) / args.n
+        task.verify(problems[0], texts[0])  # build the verifier here
+        check = task._verifier.check
+        local_s, local = timed(lambda: [check(p, t) for p, t in zip(problems, texts)], args.repeats)
+        m = min(args.serial_n, args.n)
+        with verifier_pool(0):
+            serial_s, serial = timed(lambda: verify_all(task, problems[:m], texts[:m], args.timeout), 1)
+
+    def ms(seconds: float, n: int = args.n) -> float:
+        return round(1e3 * seconds / n, 2)
+
+    def agree(scores: list) -> float:
+        return sum(a.value == b.value for a, b in zip(scores, serial)) / len(serial)
+
     print(json.dumps({
         "completions": args.n, "workers": workers, "cores": os.cpu_count(), "timeout_s": args.timeout,
-        "serial": {"seconds": round(serial_s, 3), "per_s": round(args.n / serial_s, 1)},
-        "pool_warm": {"seconds": round(warm_s, 3), "per_s": round(args.n / warm_s, 1)},
-        "pool_cold": {"seconds": round(cold_s, 3), "per_s": round(args.n / cold_s, 1)},
-        "speedup": round(serial_s / warm_s, 2), "speedup_cold": round(serial_s / cold_s, 2),
-        "agreement": agree, "agreement_cold": sum(a.value == b.value for a, b in zip(serial, cold)) / args.n,
-        "accuracy": sum(s.value for s in warm) / args.n,
-        "errors": {"serial": sum(bool(s.meta.get("error")) for s in serial),
+        "ms_per_completion": {
+            "default": {"first_call": ms(first_s), "later_call": ms(later_s), "start_method": start_method},
+            "pool": {"warm": ms(warm_s), "cold": ms(cold_s)},
+            "in_process": ms(local_s), "serial": ms(serial_s, m), "serial_completions": m},
+        "agreement": {"default": agree(default), "pool_warm": agree(warm), "pool_cold": agree(cold),
+                      "in_process": agree(local)},
+        "accuracy": sum(s.value for s in default) / args.n,
+        "errors": {"default": sum(bool(s.meta.get("error")) for s in default),
                    "pool": sum(bool(s.meta.get("error")) for s in warm)},
         "arithmetic_us_per_call": arith,
         "loadavg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -124,7 +141,7 @@ def main() -> None:
 
 def _arithmetic(build, pool, repeats: int, op) -> dict[str, float]:
     """Microseconds per call of the bounded arithmetic check, in-process vs through the pool."""
-    from rlvr.tasks.safe import verify_all
+    from rlvr.tasks import verify_all
 
     task = build("task", "arithmetic")
     problems = task.problems(256, seed=0)

@@ -15,7 +15,7 @@ import pytest
 from rlvr.registry import build
 from rlvr.tasks import pool as pool_mod
 from rlvr.tasks.pool import VerifierPool, active, verifier_pool
-from rlvr.tasks.safe import verify_all
+from rlvr.tasks import verify_all
 from rlvr.types import Problem, Score
 
 pytest.importorskip("math_verify")
@@ -185,7 +185,7 @@ def test_math_verify_timeout_warnings_stay_off_the_terminal(tmp_path):
     script = (
         "from rlvr.registry import build\n"
         "from rlvr.tasks.pool import VerifierPool\n"
-        "from rlvr.tasks.safe import verify_all\n"
+        "from rlvr.tasks import verify_all\n"
         "from rlvr.types import Problem\n"
         "if __name__ == '__main__':\n"
         f"    task = build('task', 'dataset', path={str(data)!r})\n"
@@ -199,3 +199,17 @@ def test_math_verify_timeout_warnings_stay_off_the_terminal(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[1.0, 1.0, 0.0, 0.0] [1.0, 1.0, 0.0, 0.0]" in out.stdout
     assert "Timeout is disabled" not in out.stdout + out.stderr
+
+
+def test_an_interrupted_run_leaves_no_stale_answer_for_the_next(monkeypatch):
+    with VerifierPool(1) as pool:
+        collect = pool._collect
+
+        def interrupted(*args):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pool, "_collect", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _run(pool, [(_ok, 1.0)], timeout_s=5)  # its answer is on the way when the run stops
+        monkeypatch.setattr(pool, "_collect", collect)
+        assert _run(pool, [(_ok, 0.0), (_ok, 2.0)], timeout_s=5) == [("ok", Score(0.0)), ("ok", Score(2.0))]

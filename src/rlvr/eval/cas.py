@@ -158,7 +158,7 @@ def sample_answers(model: Any, tokenizer: Any, task: Any, problems: Sequence[Any
     from rlvr.models.loading import render_prompt
     from rlvr.rewards.answer import parse_confidence
     from rlvr.rollout.hf import generate
-    from rlvr.tasks.safe import verify_all
+    from rlvr.tasks import verify_all
 
     samples, texts, scores = [], [], []
     for b, lo in enumerate(range(0, len(problems), batch_size)):

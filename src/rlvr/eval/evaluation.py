@@ -11,7 +11,7 @@ from rlvr.eval.metrics import majority, pass_at_k
 from rlvr.models.loading import render_prompt
 from rlvr.rollout.hf import generate
 from rlvr.tasks.base import Task
-from rlvr.tasks.safe import verify_all
+from rlvr.tasks import verify_all
 from rlvr.types import Problem, Score
 
 

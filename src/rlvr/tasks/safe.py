@@ -7,9 +7,9 @@ time-out: a hard limit at a few ms per call. Signal-based time limits (``signal.
 math-verify) only work in the main thread; verifiers that rely on them must check
 ``threading.current_thread() is threading.main_thread()`` (the dataset task does).
 
-``verify_all`` scores a batch in the verifier pool (``rlvr.tasks.pool``) when one is active and
-the task declares ``needs_timeout``: workers in parallel, each call under a hard limit. Inside a
-pool worker the pool is the limit, so ``safe_verify`` calls its function directly there.
+Batches are scored by ``verify_all`` (``rlvr.tasks.verify``), in the verifier pool
+(``rlvr.tasks.pool``) for tasks that declare ``needs_timeout``. Inside a pool worker the pool is the
+limit, so ``safe_verify`` calls its function directly there. This module imports neither.
 """
 
 from __future__ import annotations
@@ -41,25 +41,7 @@ def safe_verify(fn: Verifier, problem: Problem, completion: str, timeout_s: floa
         outcome = guarded(fn, (problem, completion), timeout_s)
     else:
         outcome = _in_process(fn, problem, completion, timeout_s)
-    return _as_score(outcome)
-
-
-def verify_all(task: Any, problems: list[Problem], completions: list[str], timeout_s: float | None = 5.0,
-               isolation: str = "thread", pool: Any = None) -> list[Score]:
-    """Score every (problem, completion) pair with ``task.verify``; a time limit only for tasks
-    that declare ``needs_timeout`` (the synthetic tasks' verifiers are bounded string checks, and
-    stay in-process: cheaper than a round trip to a worker). Those run in ``pool`` (default: the
-    active pool, if any) when the task can be sent to a worker, else in-process as before."""
-    if len(problems) != len(completions):
-        raise ValueError(f"verify_all: {len(problems)} problems but {len(completions)} completions")
-    timed = getattr(task, "needs_timeout", True)
-    pool = pool if pool is not None else _active_pool()
-    key = ("task", id(task))
-    if timed and pool is not None and problems and sendable(pool, key, task, f"task '{getattr(task, 'name', task)}'"):
-        calls = [(_verify_op, key, task, (p, c)) for p, c in zip(problems, completions)]
-        return [_as_score(outcome) for outcome in pool.run(calls, timeout_s)]
-    limit = timeout_s if timed else None
-    return [safe_verify(task.verify, p, c, limit, isolation) for p, c in zip(problems, completions)]
+    return as_score(outcome)
 
 
 def call(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
@@ -89,16 +71,6 @@ def quiet_math_verify() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _NoTimeoutWarning) for f in logger.filters):
             logger.addFilter(_NoTimeoutWarning())
-
-
-def _verify_op(task: Any, problem: Problem, completion: str) -> Score:
-    return task.verify(problem, completion)
-
-
-def _active_pool() -> Any:
-    from rlvr.tasks.pool import active
-
-    return active()
 
 
 def sendable(pool: Any, key: Any, target: Any, what: str) -> bool:
@@ -154,7 +126,7 @@ def _child(send: Any, fn: Verifier, problem: Problem, completion: str) -> None:
         send.send(("error", f"result could not be sent back: {err}"))
 
 
-def _as_score(outcome: tuple[str, Any]) -> Score:
+def as_score(outcome: tuple[str, Any]) -> Score:
     status, value = outcome
     if status == "error":
         return Score(0.0, None, {"error": value})

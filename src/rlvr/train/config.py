@@ -101,6 +101,10 @@ class RolloutConfig:
     verify_workers: int = param(-1, "verifier pool processes scoring a batch in parallel (-1 = one per CPU "
                                     "core; 0 = verify in-process, one call at a time); tasks with bounded "
                                     "checks (needs_timeout = False) always verify in-process")
+    verify_memory_mb: int = param(4096, "address space (MiB) each verifier pool worker may add beyond its size at "
+                                        "start (RLIMIT_AS): a call past it scores 0 with the reason and the pool "
+                                        "carries on; 0 = no limit (needed by reward functions that use CUDA, "
+                                        "which reserves far more address space)")
     engine: str = param("loop", "generation engine (rlvr list --kind engine): loop | hf | specroll | vllm | vllm_server | "
                                 "'pkg.module:MyEngine'")
     engine_params: dict = param({}, "options of the engine (its Config; rlvr list --kind engine)")
@@ -119,6 +123,8 @@ class RolloutConfig:
         if self.verify_workers < -1:
             raise ValueError(f"rollout.verify_workers must be -1 (one per core), 0 (in-process) or a "
                              f"count, got {self.verify_workers}")
+        if self.verify_memory_mb < 0:
+            raise ValueError(f"rollout.verify_memory_mb must be >= 0 (0 = no limit), got {self.verify_memory_mb}")
 
 
 @dataclass(frozen=True)

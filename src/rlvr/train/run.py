@@ -78,7 +78,7 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
     validate_run(cfg, writes=main)
     with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):
-        with verifier_pool(cfg.rollout.verify_workers):
+        with verifier_pool(cfg.rollout.verify_workers, memory_mb=cfg.rollout.verify_memory_mb):
             return _train_run(cfg, resume, model, tokenizer, callbacks)
 
 
@@ -144,7 +144,8 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
         model, tokenizer = load_model(folder), load_tokenizer(folder)
     cfg = replace(cfg, rollout={"max_new_tokens": max_new_tokens})
     task_obj = build_task(cfg)
-    with verifier_pool(cfg.rollout.verify_workers, prestart=uses_pool(task_obj)):
+    with verifier_pool(cfg.rollout.verify_workers, prestart=uses_pool(task_obj),
+                       memory_mb=cfg.rollout.verify_memory_mb):
         result = _evaluate(model, tokenizer, task_obj, cfg, strategy, problems, k, max_new_tokens, seed, cas)
     return {"model": str(folder), "problems": problems, **result}
 

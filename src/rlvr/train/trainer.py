@@ -104,7 +104,8 @@ class Trainer(UpdatePhase):
         """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``), verifying
         in a pool of ``rollout.verify_workers`` processes that ends with the run, errors included."""
         needed = uses_pool(self.parts["task"], self.parts["reward_functions"])
-        with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed), self.sharding.lockstep():
+        with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed,
+                           memory_mb=self.cfg.rollout.verify_memory_mb), self.sharding.lockstep():
             return self._train(resume, eval_fn)
 
     def _train(self, resume: bool, eval_fn: Any) -> dict[str, Any]:
