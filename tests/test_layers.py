@@ -17,11 +17,8 @@ from rlvr.layers import LAYERS, layer_of
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# Edges allowed to break the rules for now, each with the reason and when it goes.
-ALLOWED: set[tuple[str, str]] = {
-    # tasks.safe <-> tasks.pool: fixed on branch wt-pool; remove after merge.
-    ("rlvr.tasks.safe", "rlvr.tasks.pool"),
-}
+# Edges allowed to break the rules for now, each with the reason and when it goes (none today).
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def modules() -> dict[str, Path]:
