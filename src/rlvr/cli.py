@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code = _COMMANDS[args.command](args)
-        if code == 0:
+        if code == 0 and "torch.distributed" in sys.modules:  # (nothing to finish for `list`, `--help`)
             from rlvr.train.sharding import finish_distributed
             finish_distributed()
         return code
