@@ -23,6 +23,8 @@ from rlvr.models.lora import is_lora, reference_of
 # them) do not know; "PreTrainedTokenizerFast" is the same tokenizer.json-backed class under its
 # portable name.
 _PORTABLE_TOKENIZER = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+# Written into every export: a folder holding it is one rlvr wrote, so a new export may replace it.
+MARKER = "rlvr_export.json"
 
 
 def export_policy(model: torch.nn.Module, tokenizer: Any, out: str | Path) -> Path:
@@ -31,6 +33,9 @@ def export_policy(model: torch.nn.Module, tokenizer: Any, out: str | Path) -> Pa
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp_{out.name}_", dir=out.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)  # mkdtemp's 0700 would make the export private
     try:
         inner = getattr(model, "module", model)
         if is_lora(inner):
@@ -39,6 +44,7 @@ def export_policy(model: torch.nn.Module, tokenizer: Any, out: str | Path) -> Pa
         inner.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         _portable_tokenizer_config(tmp / "tokenizer_config.json")
+        (tmp / MARKER).write_text(json.dumps({"written_by": "rlvr", "merged_lora": is_lora(getattr(model, "module", model))}))
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -63,21 +69,10 @@ def load_run_policy(path: str | Path, overrides: list[str] | None = None) -> tup
     base model, the base kept in RUN/reference for LoRA runs, adapter or full weights.
     Returns (model, tokenizer, checkpoint)."""
     from rlvr.train.build import build_model
-    from rlvr.train.checkpoint import latest_checkpoint, load_weights
+    from rlvr.train.checkpoint import load_weights
     from rlvr.train.config import load_config
     from rlvr.models.lora import add_lora
-    folder = Path(path)
-    if (folder / "state.json").is_file():
-        run, ckpt = folder.parent.parent, folder
-    elif (folder / "config.yaml").is_file():
-        run, ckpt = folder, latest_checkpoint(folder)
-        if ckpt is None:
-            raise FileNotFoundError(f"run folder {folder} has no checkpoint")
-    else:
-        raise FileNotFoundError(f"{folder} is neither a run folder (config.yaml) nor a checkpoint folder "
-                                f"(state.json)")
-    if not (run / "config.yaml").is_file():
-        raise FileNotFoundError(f"checkpoint {ckpt} is not inside a run folder with a config.yaml")
+    run, ckpt = run_and_checkpoint(path)
     cfg = load_config(run / "config.yaml", overrides)
     model, tokenizer = build_model(cfg)
     if cfg.model.lora is not None:
@@ -88,8 +83,54 @@ def load_run_policy(path: str | Path, overrides: list[str] | None = None) -> tup
     return model.eval(), tokenizer, ckpt
 
 
-def export_run(path: str | Path, out: str | Path) -> dict[str, str]:
-    """``rlvr export``: a run or checkpoint folder as a Hugging Face folder at ``out``."""
+def run_and_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """(run folder, checkpoint) of a run folder (its latest intact checkpoint) or of a checkpoint folder
+    named directly, which must match its manifest (``CheckpointError`` naming the damaged file)."""
+    from rlvr.train.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
+    folder = Path(path)
+    if (folder / "state.json").is_file():
+        run, ckpt = folder.parent.parent, folder
+        problem = verify_checkpoint(ckpt)
+        if problem:
+            raise CheckpointError(f"checkpoint {ckpt}: {problem}; export an intact one (the run folder "
+                                  f"{run} picks its newest intact checkpoint)")
+    elif (folder / "config.yaml").is_file():
+        run, ckpt = folder, latest_checkpoint(folder)
+        if ckpt is None:
+            raise FileNotFoundError(f"run folder {folder} has no checkpoint")
+    else:
+        raise FileNotFoundError(f"{folder} is neither a run folder (config.yaml) nor a checkpoint folder "
+                                f"(state.json)")
+    if not (run / "config.yaml").is_file():
+        raise FileNotFoundError(f"checkpoint {ckpt} is not inside a run folder with a config.yaml")
+    return run, ckpt
+
+
+def check_export_target(out: Path, run: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that is the run folder, holds it, or lies in its checkpoints; a non-empty ``out``
+    that is not an earlier export is refused too, unless ``overwrite`` (then it is archived next to
+    itself as ``OUT.archived-<time>``, never deleted)."""
+    target, source = out.resolve(), run.resolve()
+    if target == source or target in source.parents:
+        raise ValueError(f"export: the output {out} is (or holds) the run folder {run}; choose another folder")
+    if target.is_relative_to(source / "checkpoints"):
+        raise ValueError(f"export: the output {out} is inside the checkpoints of {run}; choose another folder")
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_dir() and (not any(out.iterdir()) or (out / MARKER).is_file()):
+        return  # empty, or an earlier export: replaced once the new one is complete
+    if not overwrite:
+        raise ValueError(f"export: {out} exists and is not an earlier rlvr export; choose another folder, or "
+                         f"pass --overwrite to move it aside to {out.name}.archived-<time> first")
+    from rlvr.train.run_dir import archive
+    archive(out, what="folder")
+
+
+def export_run(path: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, str]:
+    """``rlvr export``: a run or checkpoint folder as a Hugging Face folder at ``out`` (see
+    ``check_export_target`` for what ``out`` may be)."""
+    run, _ = run_and_checkpoint(path)
+    check_export_target(Path(out), run, overwrite)
     model, tokenizer, ckpt = load_run_policy(path)
     written = export_policy(model, tokenizer, out)
     result = {"checkpoint": str(ckpt), "model": str(written)}
