@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
@@ -16,12 +17,25 @@ def main(argv: list[str] | None = None) -> int:
     _training_commands(sub)
     _tool_commands(sub)
     args = parser.parse_args(argv)
+    previous = _sigterm_as_interrupt()
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with every expected failure as one line on stderr (exit 2; 130 when interrupted)."""
     try:
         code = _COMMANDS[args.command](args)
         if code == 0 and "torch.distributed" in sys.modules:  # (nothing to finish for `list`, `--help`)
             from rlvr.train.sharding import finish_distributed
             finish_distributed()
         return code
+    except KeyboardInterrupt:
+        print(f"rlvr {args.command}: interrupted{_resume_hint(args)}", file=sys.stderr)
+        return 130
     except (ValueError, KeyError, RuntimeError) as err:  # input errors: one clear line
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return 2
@@ -29,6 +43,31 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {err.filename}" if err.filename else ""
         print(f"rlvr {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
+    except Exception as err:
+        if type(err).__name__ != "SafetensorError":  # safetensors' own write/read error (e.g. a full disk)
+            raise
+        print(f"rlvr {args.command}: error: writing or reading a .safetensors file failed: {err} "
+              f"(is the disk full?)", file=sys.stderr)
+        return 2
+
+
+def _sigterm_as_interrupt() -> Any:
+    """SIGTERM (a scheduler's kill, `rlvr compare` stopping its runs) ends the command like Ctrl-C: clean-up
+    handlers run (verifier pools, a comparison's child runs) and one line is printed. Returns the handler
+    it replaced (None where signals cannot be set: not the main thread)."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
+
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    if args.command != "train":
+        return ""
+    folder = args.resume or "RUN_DIR"
+    return f"; the last checkpoint is kept: continue with `rlvr train --resume {folder}`"
 
 
 def _training_commands(sub: Any) -> None:
@@ -105,7 +144,10 @@ def _tool_commands(sub: Any) -> None:
     p = sub.add_parser("export", help="a run folder (its latest checkpoint) or a checkpoint folder as a Hugging "
                                       "Face folder (save_pretrained; LoRA: merged model + OUT/adapter)")
     p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a run folder or RUN/checkpoints/step_N")
-    p.add_argument("out", help="output folder (replaced if it exists)")
+    p.add_argument("out", help="output folder; an earlier export there is replaced, any other non-empty folder "
+                               "is refused unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="move a non-empty OUT that is not an earlier export "
+                                                            "aside to OUT.archived-<time> (never deleted)")
 
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -240,7 +282,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from rlvr.models.export import export_run
-    print(json.dumps(export_run(args.source, args.out), indent=2))
+    print(json.dumps(export_run(args.source, args.out, overwrite=args.overwrite), indent=2))
     return 0
 
 
