@@ -196,17 +196,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# What `--resume RUN key=value` may change: run length, budgets and bookkeeping, none of which alters
+# the steps already taken or how the rest is computed (run.steps also stretches a decaying lr schedule).
+# Any other key would make the continued run differ from what its config.yaml and checkpoints describe.
+RESUME_KEYS = ("run.steps", "run.max_rollouts", "run.max_seconds", "run.eval_every", "run.save_every",
+               "run.log_samples", "run.threads", "run.report_to", "run.table_every", "rollout.verify_workers")
+
+
 def resume_config(run: str, config: str | None, overrides: list[str]) -> Any:
     """The config of the run in folder ``run`` with ``overrides``; its out_dir is ``run`` itself,
-    whatever folder it was written in (so a copied or moved run resumes in place)."""
+    whatever folder it was written in (so a copied or moved run resumes in place). Overrides of keys
+    outside ``RESUME_KEYS`` are refused, naming them."""
     from pathlib import Path
     from rlvr.train.config import load_config, replace
     if config:
         raise ValueError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-    if any(item.partition("=")[0].strip() in ("run.out_dir", "run.overwrite") for item in overrides):
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    if any(key in ("run.out_dir", "run.overwrite") for key in keys):
         raise ValueError(f"--resume {run} continues that folder; run.out_dir and --overwrite do not apply")
     if not (Path(run) / "config.yaml").is_file():
         raise ValueError(f"cannot resume {run}: it has no config.yaml (is it a run folder?)")
+    refused = sorted({key for key in keys if key not in RESUME_KEYS})
+    if refused:
+        raise ValueError(f"--resume {run}: {', '.join(refused)} would change how the run trains, so the resumed "
+                         f"run would no longer be the one its config.yaml and checkpoints describe; resume may "
+                         f"change only {', '.join(RESUME_KEYS)}. Start a new run instead (e.g. `rlvr train "
+                         f"{Path(run) / 'config.yaml'} {' '.join(overrides)} run.out_dir=NEW_DIR`)")
     cfg = load_config(Path(run) / "config.yaml", overrides)
     return replace(cfg, run={"out_dir": str(run), "overwrite": False})
 
