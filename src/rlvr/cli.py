@@ -64,6 +64,8 @@ def _sigterm_as_interrupt() -> Any:
 
 
 def _resume_hint(args: argparse.Namespace) -> str:
+    if args.command == "compare":
+        return "; its runs were stopped: run the same command again to continue (finished runs are reused)"
     if args.command != "train":
         return ""
     folder = args.resume or "RUN_DIR"
