@@ -157,12 +157,15 @@ def _tool_commands(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from rlvr.aggregation import AGGREGATION_MODES
     from rlvr.presets import preset_table
-    items = [describe(e) for e in entries(args.kind)]
+    listing = plugin_listing()
+    items = [item for item in listing["plugins"] if args.kind in (None, item["kind"])]
+    modes = listing["aggregation_modes"]
     presets = preset_table()
     if args.json:
-        print(json.dumps({"plugins": items, "aggregation_modes": list(AGGREGATION_MODES), "presets": presets},
+        plugins = [{**item, "params": [{k: v for k, v in f.items() if k != "shown"} for f in item["params"]]}
+                   for item in items]
+        print(json.dumps({"plugins": plugins, "aggregation_modes": modes, "presets": presets},
                          indent=1, default=str))
         return 0
     kind = None
@@ -173,13 +176,47 @@ def cmd_list(args: argparse.Namespace) -> int:
         paper = f"  [{item['paper']}]" if item["paper"] else ""
         print(f"  {item['name']:<16} {item['summary']}{paper}")
         if item["params"] and (args.kind or item["kind"] == "engine"):  # options: engines always, all with --kind
-            print("      " + ", ".join(f"{f['name']}={f['default']}" for f in item["params"]))
-    print("\naggregation modes\n  " + ", ".join(AGGREGATION_MODES))
+            print("      " + ", ".join(f"{f['name']}={f['shown']}" for f in item["params"]))
+    print("\naggregation modes\n  " + ", ".join(modes))
     if presets:
         print("\npresets (configs/methods)")
         for row in presets:
             print(f"  {row['name']:<16} {row['paper']}")
     return 0
+
+
+def plugin_listing() -> dict[str, Any]:
+    """Every built-in plug-in described (``rlvr.registry.describe``) and the aggregation modes. Building
+    it imports every plug-in module (torch, transformers: seconds), so it is kept in a cache file keyed
+    by the size and mtime of every source file of the package: later calls read it and import nothing."""
+    import hashlib
+    import os
+    from pathlib import Path
+    package = Path(__file__).resolve().parent
+    stamp = hashlib.sha256(sys.version.encode())
+    for path in sorted(package.rglob("*.py")):
+        info = path.stat()
+        stamp.update(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}\n".encode())
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlvr"
+    cache = root / f"list-{stamp.hexdigest()[:16]}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        pass
+    from rlvr.aggregation import AGGREGATION_MODES
+    plugins = [describe(e) for e in entries()]
+    for item in plugins:
+        for f in item["params"]:
+            f["shown"] = str(f["default"])  # as Python prints it (a tuple stays a tuple)
+    listing = json.loads(json.dumps({"plugins": plugins, "aggregation_modes": list(AGGREGATION_MODES)}, default=str))
+    try:  # a cache that cannot be written (read-only home) only costs the next call its seconds
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(listing))
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return listing
 
 
 def cmd_train(args: argparse.Namespace) -> int:
