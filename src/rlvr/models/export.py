@@ -38,16 +38,19 @@ def export_policy(model: torch.nn.Module, tokenizer: Any, out: str | Path) -> Pa
     os.chmod(tmp, 0o777 & ~mask)  # mkdtemp's 0700 would make the export private
     try:
         inner = getattr(model, "module", model)
-        if is_lora(inner):
+        lora = is_lora(inner)
+        if lora:
             inner.save_pretrained(str(tmp / "adapter"))
             inner = copy.deepcopy(inner).merge_and_unload()
         inner.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         _portable_tokenizer_config(tmp / "tokenizer_config.json")
-        (tmp / MARKER).write_text(json.dumps({"written_by": "rlvr", "merged_lora": is_lora(getattr(model, "module", model))}))
-        if out.exists():
-            shutil.rmtree(out)
+        (tmp / MARKER).write_text(json.dumps({"written_by": "rlvr", "merged_lora": lora}))
+        aside = tmp.with_name(tmp.name + ".old")
+        if out.exists():  # set aside first: a crash leaves the old export or the new one, never neither
+            os.replace(out, aside)
         os.replace(tmp, out)
+        shutil.rmtree(aside, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
