@@ -47,7 +47,7 @@ def test_a_float_answer_scores_the_boxed_integer(tmp_path):
 
 def test_a_list_answer_is_an_error_naming_the_row(tmp_path):
     rows = ROWS[:3] + [{"prompt": "What is 29 + 29?", "answer": [58, 0]}] + ROWS[3:]
-    with pytest.raises(ValueError, match=r"1 bad row\(s\) \(row 4: answer \[58, 0\] is a list; .*on_bad_row=skip"):
+    with pytest.raises(ValueError, match=r"1 bad row\(s\) \(line 4: answer \[58, 0\] is a list; .*on_bad_row=skip"):
         _task(tmp_path, rows).rows("train")
 
 
@@ -57,13 +57,14 @@ def test_a_misspelt_column_after_the_first_row_is_reported_with_row_numbers(tmp_
         _task(tmp_path, rows).rows("train")
     message = str(err.value)
     assert "2 bad row(s)" in message
-    assert "row 6: column(s) ['answer'] missing (columns there: ['answr', 'prompt']; not in the first row: " \
+    assert "line 6: column(s) ['answer'] missing (columns there: ['answr', 'prompt']; not in the first row: " \
            "['answr'])" in message
-    assert "row 7: column(s) ['prompt'] missing" in message
+    assert "line 7: column(s) ['prompt'] missing" in message
 
 
-def test_a_row_without_the_answer_column_is_label_free(tmp_path):
-    task = _task(tmp_path, ROWS + [{"prompt": "unlabelled?"}, {"prompt": "null?", "answer": None}])
+def test_a_row_without_the_answer_column_is_label_free_when_declared(tmp_path):
+    task = _task(tmp_path, ROWS + [{"prompt": "unlabelled?"}, {"prompt": "null?", "answer": None}],
+                 unlabelled_rows="label_free")
     label_free = [p for p in _all_rows(task) if p.answer is None]
     assert sorted(p.prompt for p in label_free) == ["null?", "unlabelled?"] and task.skipped_rows == 0
 
@@ -73,7 +74,7 @@ def test_skip_drops_and_counts_bad_rows(tmp_path, capsys):
     task = _task(tmp_path, rows, on_bad_row="skip")
     assert len(_all_rows(task)) == len(ROWS) and task.skipped_rows == 3
     err = capsys.readouterr().err
-    assert "skipped 3 bad row(s)" in err and "row 31: answer {'a': 1} is a dict" in err
+    assert "skipped 3 bad row(s)" in err and "line 31: answer {'a': 1} is a dict" in err
     with pytest.raises(ValueError, match="on_bad_row must be 'error' or 'skip'"):
         _task(tmp_path, ROWS, on_bad_row="ignore")
 

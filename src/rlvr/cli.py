@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
@@ -16,12 +17,25 @@ def main(argv: list[str] | None = None) -> int:
     _training_commands(sub)
     _tool_commands(sub)
     args = parser.parse_args(argv)
+    previous = _sigterm_as_interrupt()
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with every expected failure as one line on stderr (exit 2; 130 when interrupted)."""
     try:
         code = _COMMANDS[args.command](args)
-        if code == 0:
+        if code == 0 and "torch.distributed" in sys.modules:  # (nothing to finish for `list`, `--help`)
             from rlvr.train.sharding import finish_distributed
             finish_distributed()
         return code
+    except KeyboardInterrupt:
+        print(f"rlvr {args.command}: interrupted{_resume_hint(args)}", file=sys.stderr)
+        return 130
     except (ValueError, KeyError, RuntimeError) as err:  # input errors: one clear line
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return 2
@@ -29,6 +43,33 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {err.filename}" if err.filename else ""
         print(f"rlvr {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
+    except Exception as err:
+        if type(err).__name__ != "SafetensorError":  # safetensors' own write/read error (e.g. a full disk)
+            raise
+        print(f"rlvr {args.command}: error: writing or reading a .safetensors file failed: {err} "
+              f"(is the disk full?)", file=sys.stderr)
+        return 2
+
+
+def _sigterm_as_interrupt() -> Any:
+    """SIGTERM (a scheduler's kill, `rlvr compare` stopping its runs) ends the command like Ctrl-C: clean-up
+    handlers run (verifier pools, a comparison's child runs) and one line is printed. Returns the handler
+    it replaced (None where signals cannot be set: not the main thread)."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
+
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    if args.command == "compare":
+        return "; its runs were stopped: run the same command again to continue (finished runs are reused)"
+    if args.command != "train":
+        return ""
+    folder = args.resume or "RUN_DIR"
+    return f"; the last checkpoint is kept: continue with `rlvr train --resume {folder}`"
 
 
 def _training_commands(sub: Any) -> None:
@@ -105,7 +146,10 @@ def _tool_commands(sub: Any) -> None:
     p = sub.add_parser("export", help="a run folder (its latest checkpoint) or a checkpoint folder as a Hugging "
                                       "Face folder (save_pretrained; LoRA: merged model + OUT/adapter)")
     p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="a run folder or RUN/checkpoints/step_N")
-    p.add_argument("out", help="output folder (replaced if it exists)")
+    p.add_argument("out", help="output folder; an earlier export there is replaced, any other non-empty folder "
+                               "is refused unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="move a non-empty OUT that is not an earlier export "
+                                                            "aside to OUT.archived-<time> (never deleted)")
 
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -113,12 +157,15 @@ def _tool_commands(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from rlvr.aggregation import AGGREGATION_MODES
     from rlvr.presets import preset_table
-    items = [describe(e) for e in entries(args.kind)]
+    listing = plugin_listing()
+    items = [item for item in listing["plugins"] if args.kind in (None, item["kind"])]
+    modes = listing["aggregation_modes"]
     presets = preset_table()
     if args.json:
-        print(json.dumps({"plugins": items, "aggregation_modes": list(AGGREGATION_MODES), "presets": presets},
+        plugins = [{**item, "params": [{k: v for k, v in f.items() if k != "shown"} for f in item["params"]]}
+                   for item in items]
+        print(json.dumps({"plugins": plugins, "aggregation_modes": modes, "presets": presets},
                          indent=1, default=str))
         return 0
     kind = None
@@ -129,13 +176,47 @@ def cmd_list(args: argparse.Namespace) -> int:
         paper = f"  [{item['paper']}]" if item["paper"] else ""
         print(f"  {item['name']:<16} {item['summary']}{paper}")
         if item["params"] and (args.kind or item["kind"] == "engine"):  # options: engines always, all with --kind
-            print("      " + ", ".join(f"{f['name']}={f['default']}" for f in item["params"]))
-    print("\naggregation modes\n  " + ", ".join(AGGREGATION_MODES))
+            print("      " + ", ".join(f"{f['name']}={f['shown']}" for f in item["params"]))
+    print("\naggregation modes\n  " + ", ".join(modes))
     if presets:
         print("\npresets (configs/methods)")
         for row in presets:
             print(f"  {row['name']:<16} {row['paper']}")
     return 0
+
+
+def plugin_listing() -> dict[str, Any]:
+    """Every built-in plug-in described (``rlvr.registry.describe``) and the aggregation modes. Building
+    it imports every plug-in module (torch, transformers: seconds), so it is kept in a cache file keyed
+    by the size and mtime of every source file of the package: later calls read it and import nothing."""
+    import hashlib
+    import os
+    from pathlib import Path
+    package = Path(__file__).resolve().parent
+    stamp = hashlib.sha256(sys.version.encode())
+    for path in sorted(package.rglob("*.py")):
+        info = path.stat()
+        stamp.update(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}\n".encode())
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlvr"
+    cache = root / f"list-{stamp.hexdigest()[:16]}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        pass
+    from rlvr.aggregation import AGGREGATION_MODES
+    plugins = [describe(e) for e in entries()]
+    for item in plugins:
+        for f in item["params"]:
+            f["shown"] = str(f["default"])  # as Python prints it (a tuple stays a tuple)
+    listing = json.loads(json.dumps({"plugins": plugins, "aggregation_modes": list(AGGREGATION_MODES)}, default=str))
+    try:  # a cache that cannot be written (read-only home) only costs the next call its seconds
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(listing))
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return listing
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -154,17 +235,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# What `--resume RUN key=value` may change: run length, budgets and bookkeeping, none of which alters
+# the steps already taken or how the rest is computed (run.steps also stretches a decaying lr schedule).
+# Any other key would make the continued run differ from what its config.yaml and checkpoints describe.
+RESUME_KEYS = ("run.steps", "run.max_rollouts", "run.max_seconds", "run.eval_every", "run.save_every",
+               "run.log_samples", "run.threads", "run.report_to", "run.table_every", "rollout.verify_workers")
+
+
 def resume_config(run: str, config: str | None, overrides: list[str]) -> Any:
     """The config of the run in folder ``run`` with ``overrides``; its out_dir is ``run`` itself,
-    whatever folder it was written in (so a copied or moved run resumes in place)."""
+    whatever folder it was written in (so a copied or moved run resumes in place). Overrides of keys
+    outside ``RESUME_KEYS`` are refused, naming them."""
     from pathlib import Path
     from rlvr.train.config import load_config, replace
     if config:
         raise ValueError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-    if any(item.partition("=")[0].strip() in ("run.out_dir", "run.overwrite") for item in overrides):
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    if any(key in ("run.out_dir", "run.overwrite") for key in keys):
         raise ValueError(f"--resume {run} continues that folder; run.out_dir and --overwrite do not apply")
     if not (Path(run) / "config.yaml").is_file():
         raise ValueError(f"cannot resume {run}: it has no config.yaml (is it a run folder?)")
+    refused = sorted({key for key in keys if key not in RESUME_KEYS})
+    if refused:
+        raise ValueError(f"--resume {run}: {', '.join(refused)} would change how the run trains, so the resumed "
+                         f"run would no longer be the one its config.yaml and checkpoints describe; resume may "
+                         f"change only {', '.join(RESUME_KEYS)}. Start a new run instead (e.g. `rlvr train "
+                         f"{Path(run) / 'config.yaml'} {' '.join(overrides)} run.out_dir=NEW_DIR`)")
     cfg = load_config(Path(run) / "config.yaml", overrides)
     return replace(cfg, run={"out_dir": str(run), "overwrite": False})
 
@@ -240,7 +336,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from rlvr.train.run_policy import export_run
-    print(json.dumps(export_run(args.source, args.out), indent=2))
+    print(json.dumps(export_run(args.source, args.out, overwrite=args.overwrite), indent=2))
     return 0
 
 

@@ -32,11 +32,12 @@ def test_dataset_problems_without_answers_still_parse(tmp_path):
     score = task.verify(problem, "1+2=3;#632.0")
     assert (score.value, score.parsed, score.meta.get("no_gold")) == (0.0, "632", True)
     assert "error" not in score.meta  # a missing label is not a verifier failure
-    # A file with an answer column may leave some answers null: those rows are label-free.
+    # A file with an answer column may leave some answers null: those rows are label-free when declared.
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n"
                      + json.dumps({"prompt": "2+2=", "answer": None}) + "\n")
-    rows = build("task", "dataset", path=str(mixed), verifier="exact", test_fraction=0.01).rows("train")
+    rows = build("task", "dataset", path=str(mixed), verifier="exact", test_fraction=0.01,
+                 unlabelled_rows="label_free").rows("train")
     assert sorted([p.answer for p in rows], key=str) == ["2", None]
 
 

@@ -58,7 +58,8 @@ def test_de_venus_on_a_dataset_with_ten_percent_answers(tmp_path):
     preset["algorithm"]["selector"].update(pool_size=0, data_budget=1.0, label_rounds=1)
     preset["algorithm"]["filters"] = [{"name": "de_venus", "tau_c": 0.0}]
     cfg = {**TINY, **preset,
-           "task": {"name": "dataset", "params": {"path": str(train), "test_path": str(test), "verifier": "numeric"}},
+           "task": {"name": "dataset", "params": {"path": str(train), "test_path": str(test), "verifier": "numeric",
+                                                  "unlabelled_rows": "label_free"}},  # partly labelled, declared
            "rollout": {**TINY["rollout"], "prompts_per_step": 8},
            "run": {**TINY["run"], "out_dir": str(tmp_path / "run"), "steps": 3}}
     config = tmp_path / "config.yaml"

@@ -1,7 +1,9 @@
 """Running a comparison: one process per (method, seed), ``jobs`` at a time, resumable.
 
-A finished run (``summary.json`` present and its config unchanged) is reused; a run that was
-killed resumes from its last checkpoint (exactly, as ``rlvr train --resume`` does); a run that
+A finished run (``summary.json`` present and its config unchanged in what changes its result: not
+the thread count, the folders or where the shared warm start lies) is reused; a run whose config
+changed is archived next to itself (``<run>.archived-<time>``, said on the console), never deleted; a
+run that was killed resumes from its last checkpoint (exactly, as ``rlvr train --resume`` does); a run that
 fails is reported with the tail of its log and does not stop the others. ``only`` re-runs a
 selection alone. With ``shared_warm_start`` every method of a seed starts from the same
 warm-started model, built once per seed; with ``warm_cache`` that model is kept under a key of what it
@@ -17,9 +19,10 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -39,12 +42,12 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     if only and not plan:
         raise ConfigError(f"--only {only} matches no run; runs are METHOD or METHOD:SEED with methods "
                           f"{[m.name for m in cfg.methods]} and seeds {list(cfg.seeds)}")
+    _STOPPING.clear()
     forced = threads is not None
     threads = max(1, threads if forced else (os.cpu_count() or 1) // jobs)
     starts = _warm_starts(cfg, sorted({s for _, s in plan}), threads, jobs, progress)
     trees = {(m.name, s): _tree(cfg, m, s, starts, threads, forced) for m, s in plan}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        statuses = list(pool.map(lambda ms: _run_one(cfg, ms[0], ms[1], trees[(ms[0].name, ms[1])], progress), plan))
+    statuses = _map(lambda ms: _run_one(cfg, ms[0], ms[1], trees[(ms[0].name, ms[1])], progress), plan, jobs)
     runs = [_record(cfg, m, s) for m in cfg.methods for s in cfg.seeds]
     for status in statuses:  # this invocation's outcome wins over what the folder says
         next(r for r in runs if r["method"] == status["method"] and r["seed"] == status["seed"]).update(status)
@@ -101,8 +104,7 @@ def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, 
             raise RuntimeError(f"warm start for seed {seed} failed (exit {code}); see {tmp.with_suffix('.log')}")
         os.replace(tmp, folder)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(build, seeds))
+    _map(build, seeds, jobs)
     return out
 
 
@@ -121,13 +123,18 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress
     spec.write_text(yaml.safe_dump(tree, sort_keys=False))
     status = {"method": method.name, "seed": seed, "run_dir": str(run_dir)}
     previous = _previous_config(run_dir)
-    if previous is not None and previous != tree:  # the run folder holds a different experiment
-        shutil.rmtree(run_dir)
+    changed = None if previous is None else config_changes(previous, tree, cfg, seed)
+    if changed:  # the run folder holds a different experiment: keep it aside, never delete it
+        from rlvr.train.run_dir import archive
+        archive(run_dir, why=f"rlvr compare: {method.name} seed {seed} changed ({', '.join(changed[:6])}"
+                             f"{', ...' if len(changed) > 6 else ''})")
         previous = None
     if previous is not None and (run_dir / "summary.json").exists():
         return {**status, "status": "done", "reused": True}
     resumable = previous is not None and any((run_dir / "checkpoints").glob("step_*"))
     args = ["train", "--resume", str(run_dir)] if resumable else ["train", str(spec)]
+    if resumable and "threads" in tree["run"]:  # this invocation's --jobs / --threads
+        args.append(f"run.threads={tree['run']['threads']}")
     if not resumable and run_dir.exists():  # killed before its first checkpoint: start it over
         args.append("--overwrite")
     log = run_dir.parent / f"seed{seed}.log"
@@ -137,9 +144,75 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress
     return {**status, "status": "failed", "error": f"exit code {code}; last lines of {log}:\n{_tail(log)}"}
 
 
+# Keys that do not change a run's result: how fast it runs, where its folders are, what it logs.
+_IGNORED = ("run.threads", "run.out_dir", "run.overwrite", "run.report_to", "run.table_every", "run.log_samples",
+            "rollout.verify_workers")
+
+
+def config_changes(previous: dict, tree: dict, cfg: CompareConfig, seed: int) -> list[str]:
+    """The keys (``a.b.c``) in which a run's saved config differs from the comparison's, leaving out
+    ``_IGNORED`` and a model.path that is this seed's shared warm start in either place it is kept
+    (the comparison's ``warm/`` or the warm cache), wherever the comparison folder now lies."""
+    old, new = _flat(previous), _flat(tree)
+    for flat in (old, new):
+        for key in _IGNORED:
+            flat.pop(key, None)
+        path = flat.get("model.path")
+        if isinstance(path, str) and _is_warm_start(Path(path), cfg, seed):
+            flat["model.path"] = "<the shared warm start>"
+    return sorted(k for k in set(old) | set(new) if old.get(k, "<unset>") != new.get(k, "<unset>"))
+
+
+def _is_warm_start(path: Path, cfg: CompareConfig, seed: int) -> bool:
+    return path.name == f"seed{seed}" and path.parent.name in ("warm", warm_key(cfg.base))
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
 def _previous_config(run_dir: Path) -> dict | None:
     path = run_dir / "config.yaml"
     return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+# The `rlvr train` / `rlvr sft` children now running; on an interrupt (Ctrl-C, SIGTERM: rlvr.cli turns
+# it into KeyboardInterrupt) they are stopped, and no new one starts.
+_CHILDREN: set[subprocess.Popen] = set()
+_CHILDREN_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def _map(fn: Callable[[Any], Any], items: list, jobs: int) -> list:
+    """``[fn(x) for x in items]``, ``jobs`` at a time; an interrupt stops every child run first."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        return list(pool.map(fn, items))
+    except BaseException:
+        stop_children()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def stop_children(grace_s: float = 20.0) -> None:
+    """Terminate (SIGTERM, then SIGKILL after ``grace_s``) every running child; start no new one."""
+    _STOPPING.set()
+    with _CHILDREN_LOCK:
+        children = list(_CHILDREN)
+    for proc in children:
+        proc.terminate()
+    for proc in children:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _launch(args: list[str], log: Path, progress: bool, label: str) -> int:
@@ -147,8 +220,17 @@ def _launch(args: list[str], log: Path, progress: bool, label: str) -> int:
     if progress:
         print(f"[rlvr compare] start  {label}", flush=True)
     with open(log, "w") as fh:
-        code = subprocess.run([sys.executable, "-m", "rlvr", *args], stdout=fh, stderr=subprocess.STDOUT,
-                              env={**os.environ, "TQDM_DISABLE": "1"}).returncode
+        with _CHILDREN_LOCK:
+            if _STOPPING.is_set():
+                return 130
+            proc = subprocess.Popen([sys.executable, "-m", "rlvr", *args], stdout=fh, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "TQDM_DISABLE": "1"})
+            _CHILDREN.add(proc)
+        try:
+            code = proc.wait()
+        finally:
+            with _CHILDREN_LOCK:
+                _CHILDREN.discard(proc)
     if progress:
         print(f"[rlvr compare] {'done  ' if code == 0 else 'FAILED'} {label}", flush=True)
     return code

@@ -14,7 +14,9 @@ Outcomes: ``None`` means "no reward from this function for this row"; TRL stores
 ``nansum`` over weighted functions, so the row's weighted reward gets nothing from it: here the
 column holds 0.0, the same weighted sum. A function that raises, hangs past the limit, returns
 the wrong length or a non-finite value scores 0.0 for that row with the reason in the row's
-verifier errors (``reward/verifier_errors``, ``samples.jsonl``), like a verifier.
+verifier errors (``reward/verifier_errors``, ``samples.jsonl``), like a verifier. A function that
+fails on every row of a batch is broken rather than unlucky: the run goes on (its column is 0), but
+the console says so once per function, with the first reason (``warn_all_failed``).
 
 Weights: the objectives are ``[correct, *task objectives, *functions]``. ``algorithm.reward_weights``
 weights ``[correct, *task objectives]`` as before (empty: correct 1, task objectives 0); each
@@ -30,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from rlvr.notice import notice
 from rlvr.registry import RegistryError, _import_object
 from rlvr.tasks.safe import guarded, sendable
 from rlvr.types import Problem
@@ -90,12 +93,28 @@ def score_functions(functions: list[RewardFunction], problems: list[Problem], te
     values = [[0.0] * len(functions) for _ in problems]
     errors: dict[int, list[str]] = {}
     for j, fn in enumerate(functions):
+        reasons = []
         for i, a in enumerate(args):
             outcome = next(done) if j in pooled else guarded(_reward_op, (fn.func, *a), timeout_s)
             values[i][j], reason = _as_reward(outcome)
             if reason:
                 errors.setdefault(i, []).append(f"reward '{fn.name}': {reason}")
+                reasons.append(reason)
+        if args and len(reasons) == len(args):
+            warn_all_failed(fn, len(args), reasons[0])
     return values, {i: "; ".join(r) for i, r in errors.items()}
+
+
+_WARNED: set[tuple[str, str]] = set()  # (name, fn) of functions already reported failing everywhere
+
+
+def warn_all_failed(fn: RewardFunction, rows: int, reason: str) -> None:
+    """Say (once per function and process) that ``fn`` failed on every one of a batch's ``rows``."""
+    if (fn.name, fn.fn) in _WARNED:
+        return
+    _WARNED.add((fn.name, fn.fn))
+    notice(f"WARNING: reward function '{fn.name}' ({fn.fn}) failed on all {rows} completions of a batch, so it "
+           f"adds 0 to every reward: {reason[:200]} (each row's reason: samples.jsonl, verifier_error)")
 
 
 def columns(problem: Problem) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+ROLES = ("system", "developer", "user", "assistant", "tool")  # what chat templates render
+
 
 def prompt_fields(value: Any, *, system_prompt: str, template_kwargs: dict[str, Any],
                   where: str) -> tuple[str, str, dict[str, Any]]:
@@ -41,8 +43,8 @@ def prompt_fields(value: Any, *, system_prompt: str, template_kwargs: dict[str, 
 
 
 def check_messages(value: Any, where: str) -> list[dict[str, Any]]:
-    """The messages of a conversational cell, each a dict with string ``role`` and ``content``
-    (keys a columnar format filled with None for other rows are dropped)."""
+    """The messages of a conversational cell, each a dict with string ``role`` (one of ``ROLES``) and
+    ``content`` (keys a columnar format filled with None for other rows are dropped)."""
     if not value:
         raise ValueError(f"{where}: the conversation is empty")
     out = []
@@ -50,5 +52,7 @@ def check_messages(value: Any, where: str) -> list[dict[str, Any]]:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
                 or not isinstance(message.get("content"), str):
             raise ValueError(f"{where}: message {k} is {message!r}; expected {{role: str, content: str}}")
+        if message["role"] not in ROLES:
+            raise ValueError(f"{where}: message {k} has role {message['role']!r:.40}; roles: {', '.join(ROLES)}")
         out.append({key: v for key, v in message.items() if v is not None})
     return out

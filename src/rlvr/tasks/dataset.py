@@ -37,8 +37,10 @@ class DatasetConfig(TaskConfig):
                                    "with its own); needs a tokenizer with a chat template")
     chat_template_kwargs: dict = param({}, "extra arguments of the tokenizer's apply_chat_template, e.g. "
                                            "{enable_thinking: false}")
-    answer_column: str = param("answer", "column with the gold answer; '' = a label-free dataset (no answers; "
-                                         "rows whose answer is null or absent are label-free too)")
+    answer_column: str = param("answer", "column with the gold answer; '' = a label-free dataset (no answers)")
+    unlabelled_rows: str = param("error", "a row whose answer is null or absent: 'error' (naming file and line: a "
+                                          "lost label would train and test as label-free) or 'label_free' (partly "
+                                          "labelled data, e.g. DE-Venus's mixed supervision)")
     solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
     timeout_s: float = param(5.0, "time limit of one answer check, in seconds")
     verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact")
@@ -52,6 +54,8 @@ class DatasetConfig(TaskConfig):
         super().__post_init__()
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row must be 'error' or 'skip', got {self.on_bad_row!r}")
+        if self.unlabelled_rows not in ("error", "label_free"):
+            raise ValueError(f"unlabelled_rows must be 'error' or 'label_free', got {self.unlabelled_rows!r}")
 
 
 @register("task", "dataset")
@@ -166,14 +170,17 @@ class Dataset(Task):
             try:
                 out.append(self._problem(row, i, source, columns))
             except BadRow as err:
-                bad.append(f"row {i + 1}: {err}")
+                bad.append(f"{row_label(rows, i)}: {err}")
+        unique, conflicts = drop_conflicts(out, rows)
+        dropped, out = len(bad) + len(out) - len(unique), unique  # rows: every row of a conflict goes
+        bad += conflicts
         if bad:
             listed = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
             if cfg.on_bad_row != "skip":
                 raise ValueError(f"dataset task: {source}: {len(bad)} bad row(s) ({listed}); fix them or set "
                                  f"task.params.on_bad_row=skip")
-            self.skipped_rows += len(bad)
-            notice(f"dataset task: skipped {len(bad)} bad row(s) of {source} ({listed})")
+            self.skipped_rows += dropped
+            notice(f"dataset task: skipped {dropped} bad row(s) of {source} ({listed})")
         return out
 
     def _problem(self, row: Any, i: int, source: str, columns: set[str]) -> Problem:
@@ -189,10 +196,17 @@ class Dataset(Task):
         if missing:
             raise BadRow(f"column(s) {missing} missing (columns there: {sorted(row)}"
                          + (f"; not in the first row: {unknown})" if unknown else ")"))
-        prompt, identity, chat = self._prompt(row[cfg.prompt_column], f"{source}, row {i}")
+        try:
+            prompt, identity, chat = self._prompt(row[cfg.prompt_column], "the prompt")
+        except ValueError as err:  # a malformed conversation: named with the file and line like any bad row
+            raise BadRow(str(err)) from None
         solution = row.get(cfg.solution_column)
         uid = f"dataset:{prompt_hash(identity):016x}"
         answer = answer_text(row.get(cfg.answer_column)) if cfg.answer_column else None
+        if answer is None and cfg.answer_column and cfg.unlabelled_rows != "label_free":
+            raise BadRow(f"no answer ('{cfg.answer_column}' is {'null' if cfg.answer_column in row else 'absent'}); "
+                         f"for a label-free dataset set answer_column: '', for partly labelled data "
+                         f"unlabelled_rows: label_free")
         meta = {"row": i, "source": source, **chat, **{col: row[col] for col in cfg.meta_columns}}
         return Problem(prompt, answer, None if solution is None else str(solution), uid, meta)
 
@@ -208,6 +222,32 @@ class Dataset(Task):
 
 class BadRow(ValueError):
     """A dataset row that cannot become a problem (the message says why)."""
+
+
+class Rows(list):
+    """A file's rows with the line each came from (``lines[i]``, 1-based; JSONL), for error messages."""
+
+    lines: list[int] = []
+
+
+def row_label(rows: list, i: int) -> str:
+    """How an error names row ``i``: its line in a JSONL file, else its 1-based row number."""
+    lines = getattr(rows, "lines", None)
+    return f"line {lines[i]}" if lines else f"row {i + 1}"
+
+
+def drop_conflicts(problems: list[Problem], rows: list) -> tuple[list[Problem], list[str]]:
+    """``problems`` without those whose prompt another row repeats with a different answer (one uid
+    cannot carry two gold answers), and one message per conflict naming both rows."""
+    first: dict[str, Problem] = {}
+    conflicts, dropped = [], set()
+    for p in problems:
+        seen = first.setdefault(p.uid, p)
+        if seen is not p and seen.answer != p.answer:
+            conflicts.append(f"{row_label(rows, seen.meta['row'])} and {row_label(rows, p.meta['row'])}: the same "
+                             f"prompt with different answers {seen.answer!r:.40} and {p.answer!r:.40}")
+            dropped.add(p.uid)
+    return [p for p in problems if p.uid not in dropped], conflicts
 
 
 def answer_text(value: Any) -> str | None:
@@ -252,15 +292,28 @@ def read_table(path: str, name: str = "") -> dict[str, list[dict[str, Any]]]:
 
         return {"train": pq.read_table(str(p)).to_pylist()}
     if p.suffix in (".jsonl", ".json"):
-        rows = []
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{p}: line {n} is not valid JSON ({err.msg})") from None
-        return {"train": rows}
+        return {"train": read_jsonl(p)}
     raise ValueError(f"dataset file {p}: unsupported format '{p.suffix}'; use .jsonl, .parquet or a save_to_disk folder")
+
+
+def read_jsonl(p: Path) -> Rows:
+    """The objects of a JSONL file, one a line (blank lines skipped), each with its line number; a line
+    that is not UTF-8 or not JSON is an error naming the file and the line."""
+    rows = Rows()
+    rows.lines = []
+    for n, raw in enumerate(p.read_bytes().splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{p}: line {n} is not UTF-8 text ({err.reason} at byte {err.start} of the line); "
+                             f"re-save the file as UTF-8") from None
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{p}: line {n} is not valid JSON ({err.msg})") from None
+            rows.lines.append(n)
+    return rows
 
 
 def parse_only(verifier: Any, completion: str) -> str | None:

@@ -53,18 +53,18 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: O
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
+    tmp = make_temp_dir(root, f".tmp_step_{step:06d}_")
     try:
         weights = model if isinstance(model, dict) else policy_state_dict(model)
-        save_file(_untie(_detached(weights)), str(tmp / "model.safetensors"))
+        _save_file(_untie(_detached(weights)), tmp / "model.safetensors")
         opt_tensors, opt_meta = _flatten_optimizer(optimizer) if optimizer is not None else ({}, None)
-        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+        _save_file(opt_tensors, tmp / "optimizer.safetensors")
         extra_meta = {}
         for name, (module, opt) in (extras or {}).items():
-            save_file(_untie(_detached(module if isinstance(module, dict) else module.state_dict())),
-                      str(tmp / f"{name}.safetensors"))
+            _save_file(_untie(_detached(module if isinstance(module, dict) else module.state_dict())),
+                       tmp / f"{name}.safetensors")
             tensors, extra_meta[name] = _flatten_optimizer(opt)
-            save_file(tensors, str(tmp / f"{name}_optimizer.safetensors"))
+            _save_file(tensors, tmp / f"{name}_optimizer.safetensors")
         _write_json(tmp / "state.json", {"step": step, "format": FORMAT, "optimizer": opt_meta,
                                          "extra_optimizers": extra_meta, **state})
         write_manifest(tmp)
@@ -75,6 +75,27 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: O
     _write_text_atomic(root / "latest", final.name)
     _prune(root, keep, final)
     return final
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A fresh folder in ``parent`` for a save that is renamed into place when complete, with the
+    permissions of any folder made under the umask (``mkdtemp`` alone makes it 0700, private)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)
+    return tmp
+
+
+def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """``save_file``; its own error type (e.g. on a full disk) becomes a one-line ``CheckpointError``."""
+    try:
+        save_file(tensors, str(path))
+    except Exception as err:  # noqa: BLE001 — safetensors raises SafetensorError, not OSError
+        if isinstance(err, OSError) or type(err).__name__ != "SafetensorError":
+            raise
+        raise CheckpointError(f"could not write {path.name} in {path.parent}: {err} (is the disk full?); "
+                              f"the checkpoints saved before are intact") from None
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
@@ -97,7 +118,7 @@ def save_weights(folder: str | Path, model: Weights) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "model.safetensors.tmp"
-    save_file(_untie(_detached(model if isinstance(model, dict) else model.state_dict())), str(tmp))
+    _save_file(_untie(_detached(model if isinstance(model, dict) else model.state_dict())), tmp)
     os.replace(tmp, folder / "model.safetensors")
     return folder
 

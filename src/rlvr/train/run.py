@@ -78,6 +78,8 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
     validate_run(cfg, writes=main)
     with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):
+        if resume and main:
+            _record_resumed_config(cfg)
         with verifier_pool(cfg.rollout.verify_workers, memory_mb=cfg.rollout.verify_memory_mb):
             return _train_run(cfg, resume, model, tokenizer, callbacks)
 
@@ -99,6 +101,10 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
     if not resume and here:
         with lockstep_of(trainer):
             before = evaluate_run(trainer, task, problems, cfg)
+        if trainer.acc.is_main_process:
+            _write_json_atomic(Path(cfg.run.out_dir) / BEFORE, {"info": info, "before": before})
+    elif resume:
+        info, before = _recorded_before(Path(cfg.run.out_dir))
     result = trainer.train(resume=resume, eval_fn=eval_fn)
     summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir),
                                "processes": trainer.acc.num_processes}
@@ -116,6 +122,45 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
         summary.update(_before_after(before, after))
         write_summary(cfg.run.out_dir, summary)
     return summary
+
+
+BEFORE = "eval_before.json"  # RUN/: the warm start's fields and the evaluation before RL, for any resume
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    import json
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _recorded_before(run_dir: Path) -> tuple[dict[str, Any], dict | None]:
+    """(warm-start fields, evaluation before RL) of the run in ``run_dir``, as its first process recorded
+    them in RUN/eval_before.json, or, for a run from before that file, as its summary.json holds them."""
+    import json
+    try:
+        saved = json.loads((run_dir / BEFORE).read_text())
+        return dict(saved.get("info") or {}), saved.get("before")
+    except (OSError, ValueError):
+        pass
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}, None
+    return {k: v for k, v in summary.items() if k.startswith("warm_start_")}, summary.get("eval_before")
+
+
+def _record_resumed_config(cfg: Config) -> None:
+    """Rewrite RUN/config.yaml when the resume changed it (overrides of ``rlvr.cli.RESUME_KEYS``, a
+    copied or moved folder), so it describes the run as it continues."""
+    import yaml
+    from rlvr.train.config import to_dict
+    path = Path(cfg.run.out_dir) / "config.yaml"
+    text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
+    if not path.is_file() or path.read_text() != text:
+        tmp = path.with_name("config.yaml.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
 
 
 def _before_after(before: dict | None, after: dict) -> dict[str, Any]:

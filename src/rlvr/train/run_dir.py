@@ -34,8 +34,10 @@ def claim_run_dir(folder: str | Path, *, resume: bool, overwrite: bool, main: bo
         yield folder
         return
     if resume:
-        if not (folder / "checkpoints").is_dir():
-            raise RunDirError(f"cannot resume {folder}: it has no checkpoints folder (is it a run folder?)")
+        if not any((folder / "checkpoints").glob("step_*")):
+            raise RunDirError(f"cannot resume {folder}: it has no checkpoint (killed before its first save?); "
+                              f"start it over with `rlvr train {folder / 'config.yaml'} run.out_dir={folder} "
+                              f"--overwrite`, which archives the folder")
     elif holds_run(folder):
         if not overwrite:
             raise RunDirError(f"run folder {folder} already holds a run; continue it with `rlvr train --resume "
@@ -46,15 +48,16 @@ def claim_run_dir(folder: str | Path, *, resume: bool, overwrite: bool, main: bo
         yield folder
 
 
-def archive(folder: Path) -> Path:
-    """Rename ``folder`` to ``<folder>.archived-<UTC time>`` next to it; return the new path."""
+def archive(folder: Path, what: str = "run", why: str = "--overwrite") -> Path:
+    """Rename ``folder`` to ``<folder>.archived-<UTC time>`` next to it, saying so (``why``: moved the
+    previous ``what``); return the new path."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     target, n = folder.with_name(f"{folder.name}.archived-{stamp}"), 1
     while target.exists():
         n += 1
         target = folder.with_name(f"{folder.name}.archived-{stamp}-{n}")
     os.replace(folder, target)
-    notice(f"--overwrite: moved the previous run in {folder} to {target}")
+    notice(f"{why}: moved the previous {what} in {folder} to {target}")
     return target
 
 

@@ -1,0 +1,104 @@
+"""Issue 30, items 2 and 9: `rlvr compare` reuses finished runs across --jobs/--threads and a moved
+comparison folder, archives (never deletes) a run whose config changed, and stops its child runs when
+it is terminated."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spec(tmp_path: Path, out: Path, steps: int, warm: int = 2) -> Path:
+    spec = {
+        "out_dir": str(out),
+        "base": {"task": {"name": "tests.e2e.tiny:ToyDigit"},
+                 "model": {"hidden": 32, "layers": 1, "heads": 2},
+                 "warm_start": {"steps": warm, "batch_size": 4},
+                 "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 12},
+                 "run": {"eval_every": 0, "eval_problems": 2, "eval_k": 1, "save_every": 1}},
+        "methods": {"grpo": {"preset": "grpo"}},
+        "seeds": [0],
+        "budget": {"steps": steps},
+    }
+    path = tmp_path / f"cmp_{steps}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _importable_tests(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_finished_runs_survive_other_jobs_threads_and_a_moved_folder(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", str(_spec(tmp_path, out, steps=1)), "--jobs", "1"]) == 0
+    summary = out / "runs" / "grpo" / "seed0" / "summary.json"
+    stamp = summary.stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["compare", str(_spec(tmp_path, out, steps=1)), "--jobs", "2", "--threads", "2"]) == 0
+    assert summary.stat().st_mtime_ns == stamp and "start" not in capsys.readouterr().out  # reused
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(out), str(moved))
+    assert main(["compare", str(_spec(tmp_path, moved, steps=1)), "--threads", "1"]) == 0
+    plan = json.loads((moved / "plan.json").read_text())
+    assert plan[0]["reused"] is True and "start" not in capsys.readouterr().out
+    before = json.loads((moved / "runs" / "grpo" / "seed0" / "summary.json").read_text())
+
+    assert main(["compare", str(_spec(tmp_path, moved, steps=2))]) == 0  # the budget changed: a new run
+    err = capsys.readouterr().err
+    assert "rlvr compare: grpo seed 0 changed (run.steps)" in err and "moved the previous run" in err
+    archived = list((moved / "runs" / "grpo").glob("seed0.archived-*"))
+    assert len(archived) == 1
+    assert json.loads((archived[0] / "summary.json").read_text()) == before  # kept, not deleted
+    assert json.loads((moved / "runs" / "grpo" / "seed0" / "summary.json").read_text())["steps"] == 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie (exited, not yet reaped) is not running
+        return fh.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_a_terminated_comparison_stops_its_child_run(tmp_path):
+    out = tmp_path / "cmp"
+    path = _spec(tmp_path, out, steps=100000, warm=0)
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr", "compare", str(path)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = out / "runs" / "grpo" / "seed0" / ".lock"
+    child = None
+    try:
+        deadline = time.time() + 240
+        while not lock.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert lock.exists(), "the child run never started"
+        child = int(lock.read_text().split()[0])
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err
+        assert "rlvr compare: interrupted" in err
+        deadline = time.time() + 30
+        while _alive(child) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _alive(child), "the child `rlvr train` kept running"
+    finally:  # never leave a 100000-step run behind, whatever failed
+        for pid in (proc.pid, child):
+            if pid is not None and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
