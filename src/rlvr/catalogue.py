@@ -57,6 +57,11 @@ def preset_uses(folder: Path) -> dict[tuple[str, str], list[str]]:
     return uses
 
 
+def builtin_entries() -> list:
+    """rlvr's own plug-ins (a test or user module registered in this process is not part of the catalogue)."""
+    return [e for e in entries() if e.cls.__module__.split(".")[0] == "rlvr"]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").strip()
 
@@ -69,7 +74,7 @@ def render(presets_folder: Path | None = None) -> str:
              "Generated from the registries (the data of `rlvr list`) and `configs/methods/`; do not edit by",
              f"hand. Regenerate with `{REGENERATE}`. The math of each method is in",
              "[methods.md](methods.md); the stages are described in [design.md](design.md) §2.", ""]
-    all_entries = entries()
+    all_entries = builtin_entries()
     for kind in KINDS:
         rows = [e for e in all_entries if e.kind == kind]
         if not rows:
