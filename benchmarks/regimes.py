@@ -8,7 +8,7 @@ evaluate on held-out problems with k samples and print one JSON object per regim
 * ``mixed_pool``: over the fixed training pool, the share of problems the warm start solves in none,
   some or all of k samples (informative = some);
 * ``long``: mean sampled and greedy completion lengths, greedy accuracy, pass@k and maj@k
-  (the demonstrations' lengths are checked in tests/test_regimes.py).
+  (the demonstrations' lengths are checked in tests/unit/tasks/test_regimes.py).
 
     python benchmarks/regimes.py --regime hard --seeds 0 1 --threads 1
 """

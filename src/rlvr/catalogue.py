@@ -6,7 +6,7 @@ plug-in or a preset::
 
     PYTHONPATH=src python -m rlvr.catalogue > docs/catalogue.md
 
-``tests/test_catalogue.py`` fails while the committed file differs from what this writes.
+``tests/unit/test_catalogue.py`` fails while the committed file differs from what this writes.
 """
 
 from __future__ import annotations

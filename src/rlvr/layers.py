@@ -18,7 +18,7 @@ A key is a dotted name below ``rlvr`` (``""`` is the package root); a module's l
 longest key (``optim.es`` → 1, ``optim.lure`` → ``optim`` → 6); every top-level name needs one.
 Built-in plug-ins are found by name (``rlvr.registry``), never imported by the layers under them; a
 layer that needs something of a higher one is handed it (a callable, a Protocol, a ContextVar:
-``rlvr.rollout.lockstep``, ``rlvr.rollout.warm_start``). ``tests/test_layers.py`` checks every import
+``rlvr.rollout.lockstep``, ``rlvr.rollout.warm_start``). ``tests/unit/test_layers.py`` checks every import
 statement of ``src/rlvr`` against this table and fails on any cycle between modules.
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from rlvr.train.run import make_trainer
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 # Sampled fitness (temperature 1, 2 samples) so the untrained tiny model has mixed rewards; an odd
 # population so the ranks' shares differ (rank 0 scores members 0, 2, 4; rank 1 members 1, 3).

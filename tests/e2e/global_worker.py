@@ -22,7 +22,7 @@ from rlvr.train.global_batch import trains_no_rows
 from rlvr.train.trainer import Trainer
 from rlvr.registry import register
 from rlvr.types import Problem, Rollouts, Score
-from tests.e2e.tiny import ToyDigit, tiny_config
+from tests.helpers.tiny import ToyDigit, tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 STEPS = 2

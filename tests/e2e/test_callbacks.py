@@ -13,7 +13,7 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
 from rlvr.train.trainer import Trainer
 
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 

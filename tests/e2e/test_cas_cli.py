@@ -9,7 +9,7 @@ import torch
 
 from rlvr.cli import main
 from rlvr.models import build_char_tokenizer, build_tiny_model
-from tests.e2e import tiny  # noqa: F401  (registers the toy_digit_test task)
+from tests.helpers import tiny  # noqa: F401  (registers the toy_digit_test task)
 
 
 @pytest.fixture(scope="module")

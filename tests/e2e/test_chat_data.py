@@ -14,7 +14,7 @@ from rlvr.rollout.hf import generate
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import evaluate_path, train_run
 
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 TEMPLATE = CHAT_TEMPLATE + "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}"
 SYSTEM = "Answer with the number only."

@@ -16,7 +16,7 @@ from rlvr.train.checkpoint import CheckpointError, latest_checkpoint, load_check
 from rlvr.train.trainer import Trainer
 
 from tests.e2e.resume import weights
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 RUN = ["run.steps=2", "run.save_every=1"]
 

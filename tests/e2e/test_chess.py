@@ -10,7 +10,7 @@ import pytest
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 pytest.importorskip("chess")
 

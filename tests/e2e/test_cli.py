@@ -7,7 +7,7 @@ import json
 import yaml
 
 from rlvr.cli import main
-from tests.e2e.tiny import TINY
+from tests.helpers.tiny import TINY
 
 
 def _tiny_yaml(tmp_path, **run):

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _write_compare(tmp_path: Path, steps: int = 3, seeds=(0, 1)) -> Path:
     spec = {
         "out_dir": str(tmp_path / "cmp"),
-        "base": {"task": {"name": "tests.e2e.tiny:ToyDigit"},
+        "base": {"task": {"name": "tests.helpers.tiny:ToyDigit"},
                  "model": {"hidden": 32, "layers": 1, "heads": 2},
                  "warm_start": {"steps": 2, "batch_size": 4},
                  "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 12},

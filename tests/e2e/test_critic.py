@@ -12,8 +12,8 @@ from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from tests.e2e.resume import crash_then_resume, weights
-from tests.e2e.tiny import tiny_config
-from tests.tolerance import assert_same_update
+from tests.helpers.tiny import tiny_config
+from tests.helpers.tolerance import assert_same_update
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 
@@ -85,7 +85,7 @@ def _critic_worker(out: str) -> None:
 
     from rlvr.critic import mc_returns
     from rlvr.types import AdvantageInputs
-    from tests.e2e.ddp_worker import fixed_global_batch
+    from tests.helpers.batches import fixed_global_batch
 
     cfg = tiny_config(Path(out) / "run", ["run.steps=1", "critic.warmup_steps=0", "critic.micro_batch_size=3",
                                           "rollout.batch_size=8"], path=str(PRESETS / "bpco.yaml"))

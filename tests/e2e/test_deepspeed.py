@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.test_distributed import ROOT, _max_diff, _run
 from tests.e2e.test_multinode import assert_same_updates, free_port, run_cli, write_config
-from tests.tolerance import assert_same_loss, assert_same_update
+from tests.helpers.tolerance import assert_same_loss, assert_same_update
 
 pytest.importorskip("deepspeed")
 

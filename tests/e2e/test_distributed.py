@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tolerance import assert_same_loss, assert_same_update
+from tests.helpers.tolerance import assert_same_loss, assert_same_update
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
 
 from tests.e2e.resume import weights
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "configs" / "methods"

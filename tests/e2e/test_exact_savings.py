@@ -8,9 +8,9 @@ import torch
 
 from rlvr.train.trainer import Trainer
 from rlvr.types import AdvantageInputs
-from tests.e2e.ddp_worker import savings_global_batch
-from tests.e2e.tiny import tiny_config
-from tests.tolerance import assert_same_loss, assert_same_update
+from tests.helpers.batches import savings_global_batch
+from tests.helpers.tiny import tiny_config
+from tests.helpers.tolerance import assert_same_loss, assert_same_update
 
 OFF = ["optim.skip_zero_rows=false", "optim.trim_padding=false"]
 
@@ -35,7 +35,7 @@ def test_each_saving_leaves_the_update_unchanged(tmp_path, mode):
     assert ref["update/skipped_row_frac"] == 0.0 and ref["update/padding_frac"] > 0.2
     for name, knobs in {"skip": [OFF[1]], "trim": [OFF[0]], "both": []}.items():
         _, got, weights = _update(tmp_path, name, [*agg, *knobs])
-        assert_same_update(weights, want, before)  # float32 reordering only (tests/tolerance.py)
+        assert_same_update(weights, want, before)  # float32 reordering only (tests/helpers/tolerance.py)
         assert_same_loss(got["loss/total"], ref["loss/total"])  # skipped rows add 0
         if name != "trim":
             assert got["update/skipped_row_frac"] == 0.5, name  # groups 2 and 3 are unanimous
@@ -81,4 +81,4 @@ def test_length_buckets_leave_the_update_unchanged(tmp_path, mode):
     assert_same_loss(got["loss/total"], ref["loss/total"])
     assert got["update/tokens"] <= one["update/tokens"] <= ref["update/tokens"]
     assert got["update/skipped_row_frac"] == 0.0
-    # the buckets really ran: two forwards of 8 rows, longest rows first (tests/test_batching_plan.py)
+    # the buckets really ran: two forwards of 8 rows, longest rows first (tests/unit/test_batching_plan.py)

@@ -20,7 +20,7 @@ from rlvr.rollout import generate
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.run import train_run
 
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "examples" / "qwen2_grpo.yaml"
 LORA = ["model.lora.r=4", "model.lora.alpha=16"]

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from rlvr.train.run_policy import export_run
 from rlvr.models.real import make_example
 from tests.e2e.test_distributed import ROOT, _max_diff, _run
-from tests.tolerance import assert_same_loss, assert_same_update
+from tests.helpers.tolerance import assert_same_loss, assert_same_update
 
 FSDP2 = str(ROOT / "configs" / "accelerate" / "fsdp2_cpu.yaml")
 

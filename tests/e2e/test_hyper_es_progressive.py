@@ -12,7 +12,7 @@ from rlvr.cli import main
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import train_run
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 

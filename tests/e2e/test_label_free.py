@@ -12,7 +12,7 @@ from rlvr.cli import main
 from rlvr.registry import build
 from rlvr.train.config import merge
 from rlvr.train.logging import read_metrics
-from tests.e2e.tiny import TINY
+from tests.helpers.tiny import TINY
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 

@@ -22,7 +22,7 @@ from rlvr.train.trainer import Trainer
 
 from tests.e2e.resume import crash_then_resume, weights
 from tests.e2e.test_trainer import PRESETS
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 LORA = ["model.lora.r=4", "model.lora.alpha=8", "optim.lr=1e-2"]
 

@@ -16,7 +16,7 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
 
 from tests.e2e.resume import crash_then_resume, weights
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "methods" / "lure.yaml")
 # Small self-play; a short warm start so proposals name levels; an entropy bonus so every step moves

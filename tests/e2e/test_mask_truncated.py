@@ -11,7 +11,7 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.run import warm_start_model
 from rlvr.train.trainer import Trainer
 
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 # A short warm start teaches "7<eos>"; with 2 new tokens and a hot sampler some rows end with eos and
 # some are cut (about a third with this seed), so both kinds are in the batch.

@@ -14,9 +14,9 @@ from rlvr.rollout import sequence_logprobs
 from rlvr.train.movement import kl_new_old
 from rlvr.train.trainer import Trainer
 from rlvr.types import AdvantageInputs
-from tests.e2e.ddp_worker import fixed_global_batch
-from tests.e2e.tiny import tiny_config
-from tests.tolerance import assert_same_loss, assert_same_update
+from tests.helpers.batches import fixed_global_batch
+from tests.helpers.tiny import tiny_config
+from tests.helpers.tolerance import assert_same_loss, assert_same_update
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 

@@ -15,9 +15,9 @@ from rlvr.train.config import ConfigError
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from rlvr.types import AdvantageInputs, BatchError
-from tests.e2e.ddp_worker import fixed_global_batch
-from tests.e2e.tiny import tiny_config
-from tests.tolerance import assert_same_update
+from tests.helpers.batches import fixed_global_batch
+from tests.helpers.tiny import tiny_config
+from tests.helpers.tolerance import assert_same_update
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e.tiny import TINY
-from tests.tolerance import UPDATE_RTOL, update_gap
+from tests.helpers.tiny import TINY
+from tests.helpers.tolerance import UPDATE_RTOL, update_gap
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = {**TINY, "task": {"name": "tests.e2e.tiny:ToyDigit"},
+CONFIG = {**TINY, "task": {"name": "tests.helpers.tiny:ToyDigit"},
           # completions that depend only on the problem: the same global batch on 1 or 2 processes
           "rollout": {**TINY["rollout"], "sampler": {"name": "tests.e2e.rank_free:RankFreeSampler"}},
           "run": {**TINY["run"], "steps": 2, "save_every": 1, "eval_problems": 4, "out_dir": "run"}}
@@ -88,7 +88,7 @@ def run_cli(launcher: list[str], config: Path, cwd: Path) -> Path:
 
 def assert_same_updates(run: Path, one: Path, processes: int) -> None:
     """Each step's checkpoint and the exported final/ weights of ``run`` equal the 1-process ``one``'s
-    within float32 reordering (tests/tolerance.py), measured against one step's movement of ``one``."""
+    within float32 reordering (tests/helpers/tolerance.py), measured against one step's movement of ``one``."""
     assert json.loads((run / "summary.json").read_text())["processes"] == processes
     assert json.loads((one / "summary.json").read_text())["processes"] == 1
     first, second = (_weights(one / "checkpoints" / s) for s in ("step_000001", "step_000002"))

@@ -14,7 +14,7 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.precision import check_supported
 from rlvr.train.trainer import Trainer
 from tests.e2e.resume import weights
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 KNOBS = ["run.mixed_precision=bf16", "model.gradient_checkpointing=true", "run.steps=1", "critic.warmup_steps=0"]

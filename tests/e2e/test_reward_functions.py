@@ -12,13 +12,13 @@ from rlvr.tasks import pool as pool_mod
 from rlvr.tasks.pool import active
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
-from tests.e2e.tiny import TINY
-from tests.test_verifier_pool import alive
+from tests.helpers.tiny import TINY
+from tests.unit.tasks.test_verifier_pool import alive
 from rlvr.train.config import ConfigError, load_config
 
 pytest.importorskip("math_verify")
 
-F = "tests.reward_fns:"
+F = "tests.helpers.reward_fns:"
 REWARDS = [{"fn": F + "mentions_unit", "weight": 1.0}, {"fn": F + "brevity", "weight": 0.5},
            {"fn": F + "explodes", "weight": 0.1}, {"fn": F + "hangs_sometimes", "weight": 0.1, "name": "slow"}]
 
@@ -101,7 +101,7 @@ def test_pool_is_closed_when_the_run_fails(tmp_path, pool_pids, monkeypatch):
 
 
 def test_bad_reward_entry_fails_before_any_work(tmp_path):
-    cfg = load_config(None, ["algorithm.rewards=[{fn: 'tests.reward_fns:constant', w: 1}]"],
+    cfg = load_config(None, ["algorithm.rewards=[{fn: 'tests.helpers.reward_fns:constant', w: 1}]"],
                       base={**TINY, "run": {**TINY["run"], "out_dir": str(tmp_path)}})
     with pytest.raises(ConfigError, match=r"algorithm.rewards\[0\]: unknown key\(s\) \['w'\]"):
         Trainer(cfg)

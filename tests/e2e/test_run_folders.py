@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from rlvr.cli import main
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.run_dir import RunDirError, run_lock
-from tests.e2e.tiny import TINY
+from tests.helpers.tiny import TINY
 
 
 def _config(tmp_path, out, **run):

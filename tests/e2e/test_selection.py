@@ -13,7 +13,7 @@ from rlvr.cli import main
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from tests.e2e.resume import crash_then_resume, weights
-from tests.e2e.tiny import TINY, tiny_config
+from tests.helpers.tiny import TINY, tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 

@@ -25,7 +25,7 @@ from rlvr.losses.base import PolicyLoss
 
 from tests.e2e.mechanisms import EVERY_ROW, MECHANISMS, METHOD_METRICS, NOT_IN_CI
 from tests.e2e.resume import crash_then_resume, weights
-from tests.e2e.tiny import tiny_config
+from tests.helpers.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 

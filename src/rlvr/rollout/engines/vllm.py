@@ -19,7 +19,7 @@ distribution, which is the one that really sampled the token — the importance 
 measures the filter too.
 
 Install on a GPU machine: ``pip install vllm`` (in the same environment as rlvr; vLLM pins its own
-torch, so install it first or in a fresh virtualenv), then ``pytest tests/test_vllm_engine.py``.
+torch, so install it first or in a fresh virtualenv), then ``pytest tests/unit/rollout/test_vllm_engine.py``.
 Nothing here imports vLLM until the engine first generates, so the rest of rlvr never needs it.
 """
 

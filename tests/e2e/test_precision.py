@@ -1,0 +1,170 @@
+"""Precision and memory knobs: fp32 master weights under mixed precision, the half-precision warning,
+the attention kernel, gradient checkpointing (same loss and gradients, fewer saved activations)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from rlvr.models import build_char_tokenizer, build_tiny_model
+from rlvr.rollout import generate_ids, sequence_logprobs
+from rlvr.train.config import ConfigError
+from rlvr.train.run import train_run
+from rlvr.train.trainer import Trainer
+from rlvr.types import AdvantageInputs
+from tests.helpers.batches import fixed_global_batch
+from tests.helpers.tiny import tiny_config
+
+TINY_LR = ["optim.lr=1e-7", "optim.grad_clip=0", "algorithm.aggregation.mode=token-mean"]
+
+
+def _one_update(tmp_path, overrides: list[str]) -> tuple[Trainer, dict[str, torch.Tensor]]:
+    """One optimizer step on the fixed batch; returns the trainer and the weights before it (float32)."""
+    trainer = Trainer(tiny_config(tmp_path, overrides))
+    before = {k: v.detach().float().clone() for k, v in trainer.policy.named_parameters()}
+    batch = fixed_global_batch(trainer.policy.config.vocab_size)
+    batch.advantages = trainer.parts["advantage"](AdvantageInputs(
+        rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
+    trainer.update(batch)
+    return trainer, before
+
+
+def _max_change(trainer: Trainer, before: dict[str, torch.Tensor]) -> float:
+    return max((p.detach().float() - before[k]).abs().max().item() for k, p in trainer.policy.named_parameters())
+
+
+def _moved_frac(trainer: Trainer, before: dict[str, torch.Tensor]) -> float:
+    """Fraction of weights of size > 1e-3 that the step changed (near-zero ones move even in bf16)."""
+    moved = total = 0
+    for k, p in trainer.policy.named_parameters():
+        big = before[k].abs() > 1e-3
+        moved += ((p.detach().float() != before[k]) & big).sum().item()
+        total += big.sum().item()
+    return moved / total
+
+
+def test_mixed_precision_keeps_float32_master_weights(tmp_path):
+    # AdamW's first step moves every weight with a gradient by ~lr = 1e-7: far below bf16's spacing
+    # near the init scale (~0.02 → 1.2e-4), so bf16 parameters lose it and float32 masters keep it.
+    trainer, before = _one_update(tmp_path / "mixed", ["run.mixed_precision=bf16", *TINY_LR])
+    assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+    state = trainer.optimizer.state_dict()["state"]
+    assert all(s["exp_avg"].dtype == torch.float32 for s in state.values())
+    change = _max_change(trainer, before)
+    assert 1e-8 < change < 2e-7, change
+    assert _moved_frac(trainer, before) > 0.5
+
+    with pytest.warns(UserWarning, match="updates bfloat16 parameters in bfloat16"):
+        half, before = _one_update(tmp_path / "half", ["model.dtype=bfloat16", *TINY_LR])
+    assert all(p.dtype == torch.bfloat16 for p in half.policy.parameters())
+    assert _moved_frac(half, before) == 0.0  # the update rounded away
+
+
+def test_mixed_precision_runs_the_forward_in_bf16(tmp_path):
+    trainer = Trainer(tiny_config(tmp_path, ["run.mixed_precision=bf16"]))
+    seen = []
+    trainer.policy.lm_head.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    batch = fixed_global_batch(trainer.policy.config.vocab_size)
+    logp, _ = trainer._logprobs(trainer.model, batch)
+    assert seen == [torch.bfloat16] and logp.dtype == torch.float32
+    with torch.no_grad():
+        exact = sequence_logprobs(trainer.policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                  batch.attention)[0]
+    diff = (logp - exact)[batch.completion_mask].abs().max().item()
+    assert 0 < diff < 0.1  # bf16 rounding, not a different model
+
+
+def test_fp16_mixed_precision_scales_the_loss(tmp_path):
+    trainer, before = _one_update(tmp_path, ["run.mixed_precision=fp16"])
+    assert trainer.scaler is not None and trainer.scaler.get_scale() > 1.0
+    assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+    assert _max_change(trainer, before) > 0
+
+
+def test_mixed_precision_with_half_parameters_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="keeps float32 master weights, but model.dtype=bfloat16"):
+        Trainer(tiny_config(tmp_path, ["run.mixed_precision=bf16", "model.dtype=bfloat16"]))
+
+
+def test_bad_precision_values_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="run.mixed_precision must be one of no | bf16 | fp16, got 'fp8'"):
+        tiny_config(tmp_path, ["run.mixed_precision=fp8"])
+    with pytest.raises(ConfigError, match="model.dtype must be one of"):
+        tiny_config(tmp_path, ["model.dtype=half"])
+
+
+def test_optimizer_plugins_refuse_gradient_trainer_knobs(tmp_path):
+    cfg = tiny_config(tmp_path, ["optim.name=es", "run.mixed_precision=bf16", "optim.mini_batches=2"])
+    with pytest.raises(ConfigError, match="optim.name=es trains with its own loop.*run.mixed_precision, "
+                                          "optim.mini_batches"):
+        train_run(cfg)
+    assert not (tmp_path / "config.yaml").exists()
+
+
+def test_missing_flash_attention_is_a_clear_error(tmp_path):
+    from transformers.utils import is_flash_attn_2_available
+    if is_flash_attn_2_available():
+        pytest.skip("flash-attn is installed here")
+    with pytest.raises(ConfigError, match="flash_attention_2 needs the flash-attn package"):
+        Trainer(tiny_config(tmp_path, ["model.attn_implementation=flash_attention_2"]))
+
+
+def test_eager_attention_scores_as_sdpa(tmp_path):
+    sdpa = Trainer(tiny_config(tmp_path / "a"))
+    eager = Trainer(tiny_config(tmp_path / "b", ["model.attn_implementation=eager"]))
+    assert eager.policy.config._attn_implementation == "eager"
+    batch = fixed_global_batch(sdpa.policy.config.vocab_size)
+    with torch.no_grad():
+        a, b = sdpa._logprobs(sdpa.model, batch)[0], eager._logprobs(eager.model, batch)[0]
+    assert (a - b)[batch.completion_mask].abs().max().item() < 1e-5
+
+
+def _loss_grads_saved(checkpointing: bool) -> tuple[float, dict[str, torch.Tensor], int]:
+    """Loss, gradients and bytes saved for backward of one policy-gradient-like loss on a 4-layer model."""
+    tok = build_char_tokenizer()
+    model = build_tiny_model(tok, hidden=64, layers=4, heads=4, seed=0)
+    if checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    gen = torch.Generator().manual_seed(0)
+    n, p, t = 4, 6, 40
+    prompt = torch.randint(4, len(tok), (n, p), generator=gen)
+    completion = torch.randint(4, len(tok), (n, t), generator=gen)
+    saved = [0]
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        saved[0] += x.numel() * x.element_size()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        logp, ent = sequence_logprobs(model, prompt, torch.ones(n, p, dtype=torch.bool), completion,
+                                      torch.ones(n, t, dtype=torch.bool), with_entropy=True, entropy_grad=True)
+        loss = -(logp.mean() + 0.1 * ent.mean())
+    loss.backward()
+    return loss.item(), {k: v.grad for k, v in model.named_parameters()}, saved[0]
+
+
+def test_gradient_checkpointing_same_loss_and_gradients_less_memory():
+    loss, grads, saved = _loss_grads_saved(False)
+    ck_loss, ck_grads, ck_saved = _loss_grads_saved(True)
+    assert abs(loss - ck_loss) < 1e-5
+    assert max((grads[k] - ck_grads[k]).abs().max().item() for k in grads) < 1e-5
+    assert ck_saved < 0.5 * saved  # activations saved for backward (measured: 0.47 MB vs 7.6 MB)
+
+
+def test_gradient_checkpointing_is_off_during_generation(tmp_path):
+    plain = Trainer(tiny_config(tmp_path / "a"))
+    ck = Trainer(tiny_config(tmp_path / "b", ["model.gradient_checkpointing=true"]))
+    assert ck.policy.model.gradient_checkpointing and not plain.policy.model.gradient_checkpointing
+    ids = torch.randint(4, plain.policy.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    outs = []
+    for trainer in (plain, ck):
+        trainer.policy.eval()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "use_cache=True is incompatible" complaint
+            outs.append(generate_ids(trainer.policy, trainer.tokenizer, ids, mask, max_new_tokens=8,
+                                     do_sample=False))
+    assert torch.equal(outs[0].completion_ids, outs[1].completion_ids)
