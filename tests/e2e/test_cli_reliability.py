@@ -12,7 +12,7 @@ from safetensors import SafetensorError
 from rlvr.cli import main
 from rlvr.train import checkpoint as ckpt
 from rlvr.train.checkpoint import latest_checkpoint
-from tests.e2e.tiny import TINY
+from tests.helpers.tiny import TINY
 
 
 def _config(tmp_path, out, **run):

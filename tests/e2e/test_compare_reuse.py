@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _spec(tmp_path: Path, out: Path, steps: int, warm: int = 2) -> Path:
     spec = {
         "out_dir": str(out),
-        "base": {"task": {"name": "tests.e2e.tiny:ToyDigit"},
+        "base": {"task": {"name": "tests.helpers.tiny:ToyDigit"},
                  "model": {"hidden": 32, "layers": 1, "heads": 2},
                  "warm_start": {"steps": warm, "batch_size": 4},
                  "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 12},

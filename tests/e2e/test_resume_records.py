@@ -8,7 +8,7 @@ import json
 import yaml
 
 from rlvr.cli import main
-from tests.e2e.tiny import TINY
+from tests.helpers.tiny import TINY
 
 KEPT = ("accuracy_before", "eval_before", "warm_start_steps", "warm_start_loss")
 

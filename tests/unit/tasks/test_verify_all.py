@@ -74,7 +74,7 @@ def test_bounded_tasks_and_explicit_pools_never_open_the_shared_pool(dataset_tas
         assert len(pool.pids()) == 1 and verify_mod.shared_pool(create=False) is None
 
 
-_TASKS = Path(__file__).resolve().parents[1] / "src" / "rlvr" / "tasks"
+_TASKS = Path(__file__).resolve().parents[3] / "src" / "rlvr" / "tasks"
 
 
 def _imports(path: Path) -> set[str]:

@@ -6,7 +6,7 @@ from rlvr.rewards import functions as fmod
 from rlvr.rewards.functions import reward_functions, score_functions
 from rlvr.types import Problem
 
-F = "tests.reward_fns:"
+F = "tests.helpers.reward_fns:"
 
 
 def test_a_function_failing_on_every_row_warns_once(capsys, monkeypatch):
