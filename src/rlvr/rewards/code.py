@@ -43,6 +43,7 @@ class CodeConfig:
     isolate_network: bool = param(True, "run in a new network namespace where the OS allows it (meta "
                                         "network_isolated says whether it did); sockets are refused anyway")
     site_packages: bool = param(False, "let programs import installed packages (numpy, ...); default stdlib only")
+    work_root: str = param("", "folder for the per-program temporary directories ('' = the system temp dir)")
     partial: bool = param(False, "score the fraction of tests passed (meta partial: true) instead of 0 when "
                                  "some fail; a forbidden operation still scores 0")
     extract: str = param("auto", "auto: the first fenced ```python block when there is one, else the whole "
@@ -63,7 +64,7 @@ class CodeConfig:
                       memory_mb=self.memory_mb, cpu_s=self.cpu_s or math.ceil(self.timeout_s),
                       file_mb=self.file_mb, open_files=self.open_files, processes=self.processes,
                       output_bytes=self.output_bytes, isolate_network=self.isolate_network,
-                      site_packages=self.site_packages)
+                      site_packages=self.site_packages, work_root=self.work_root)
 
 
 @register("verifier", "code")

@@ -48,6 +48,7 @@ class Limits:
     output_bytes: int = 1 << 20  # stdout, stderr and each io test's captured output
     isolate_network: bool = True  # a new network namespace where the OS allows it
     site_packages: bool = False  # let programs import installed packages (numpy, ...)
+    work_root: str = ""  # where the per-program temporary directories go ("" = the system temp dir)
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "test_timeout_s", "memory_mb", "cpu_s", "file_mb", "open_files", "processes",
@@ -78,9 +79,11 @@ def run_program(job: dict[str, Any], limits: Limits) -> RunResult:
     entry_point?, call_check?} in the sandbox and return what happened."""
     if job.get("mode") not in MODES:
         raise ValueError(f"sandbox: mode must be one of {MODES}, got {job.get('mode')!r}")
-    base = tempfile.mkdtemp(prefix="rlvr-sandbox-")
+    base = tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=limits.work_root or None)
     work = os.path.join(base, "work")
     os.mkdir(work, 0o700)
+    with open(os.path.join(base, "program.py"), "w", encoding="utf-8") as f:  # for a reader; never run from here
+        f.write(str(job.get("source", "")))
     nonce = secrets.token_hex(16)
     read_end, write_end = os.pipe()
     try:

@@ -118,7 +118,7 @@ def install_guard(home, limits, emit) -> None:
     os.write(tokens_w, b"x" * max(0, int(limits["processes"]) - 1))
     os.close(tokens_w)
     os.set_blocking(tokens_r, False)
-    realpath, fspath, join, read = os.path.realpath, os.fspath, os.path.join, os.read
+    realpath, fspath, read = os.path.realpath, os.fspath, os.read
 
     def inside(path) -> bool:
         if isinstance(path, int):
@@ -127,8 +127,8 @@ def install_guard(home, limits, emit) -> None:
         p = p.decode("utf-8", "replace") if isinstance(p, bytes) else p
         if p in (os.devnull, "/dev/stdout", "/dev/stderr"):
             return True
-        full = realpath(join(root, p))
-        return full == root or full.startswith(root + os.sep)
+        full = realpath(p)  # relative to the current directory, wherever the program moved it
+        return full.startswith(root + os.sep)  # not the directory itself: it may not be removed
 
     def refuse(what):
         emit(ev="blocked", what=what)
