@@ -107,6 +107,9 @@ class Dataset(Task):
         return rng.choice(self.rows("train"))
 
     def verify(self, problem: Problem, completion: str) -> Score:
+        episode = problem.meta.get("episode")  # a multi_turn row (e.g. python_tool): the episode's reward
+        if isinstance(episode, dict) and "reward" in episode:
+            return Score(float(episode["reward"]), None, {"objectives": {}})
         if self._verifier is None:
             from rlvr.registry import build
 
