@@ -24,6 +24,8 @@ class CodeSynthesisConfig(TaskConfig):
                                  "0..max_coef), sq (x*x+b), mod (x%m, m in 2..max_coef)")
     max_coef: int = param(9, "largest coefficient a, offset b and modulus m")
     shown: int = param(3, "input/output examples in the prompt (inputs distinct, from 0..9)")
+    anchor: bool = param(True, "always show f(0) and f(1) (a linear function's offset and slope can be read off "
+                               "them); false: every shown input is drawn from 0..9")
     held_out: int = param(4, "inputs the program is tested on (from 10..30, never shown)")
     partial: bool = param(False, "reward the fraction of held-out inputs passed instead of all-or-nothing")
     timeout_s: float = param(4.0, "wall-clock limit of one verification (keep below rollout.verify_timeout_s)")
@@ -34,7 +36,7 @@ class CodeSynthesisConfig(TaskConfig):
         if not names or set(names) - set(FAMILIES):
             raise ValueError(f"code_synthesis: families must be a comma-separated subset of {FAMILIES}, "
                              f"got {self.families!r}")
-        if not 2 <= self.max_coef <= 99 or not 1 <= self.shown <= 10 or not 1 <= self.held_out <= 21:
+        if not 2 <= self.max_coef <= 99 or not 1 + self.anchor <= self.shown <= 10 or not 1 <= self.held_out <= 21:
             raise ValueError(f"code_synthesis: need 2 <= max_coef <= 99, 1 <= shown <= 10, 1 <= held_out <= 21; "
                              f"got {self.max_coef}, {self.shown}, {self.held_out}")
 
@@ -43,7 +45,8 @@ class CodeSynthesisConfig(TaskConfig):
 class CodeSynthesis(Task):
     """One-line Python functions from examples, checked by the sandboxed ``code`` verifier.
 
-    ``sample`` draws a family and its constants, ``shown`` example inputs (0..9) and ``held_out``
+    ``sample`` draws a family and its constants, ``shown`` example inputs (0..9; 0 and 1 among them
+    with ``anchor``) and ``held_out``
     test inputs (10..30); ``Problem.meta["code"]`` holds the held-out asserts and ``solution`` the
     canonical line (``return 3*x+1``), the warm start's demonstration. Any equivalent line passes.
     Differs from ``arithmetic``: the verdict comes from running the completion (a child process
@@ -63,7 +66,8 @@ class CodeSynthesis(Task):
         cfg = self.config
         family = rng.choice([f for f in cfg.families.split(",") if f])
         body, fn = _function(family, rng, cfg.max_coef)
-        shown = sorted(rng.sample(range(10), cfg.shown))
+        shown = [0, 1] + sorted(rng.sample(range(2, 10), cfg.shown - 2)) if cfg.anchor else \
+            sorted(rng.sample(range(10), cfg.shown))
         tests = rng.sample(range(10, 31), cfg.held_out)
         prompt = "".join(f"f({x})={fn(x)};" for x in shown) + "def f(x):"
         spec = {"mode": "assert", "prefix": "", "tests": [f"assert f({x}) == {fn(x)}" for x in tests]}
