@@ -42,7 +42,7 @@ def mutate(body: str) -> str:
 def passes_plainly(row: dict, body: str) -> bool:
     """HumanEval's test run the plain way (its program in a bare subprocess): True when it passes."""
     program = f"{row['prompt']}{body}\n\n{row['test']}\n\ncheck({row['entry_point']})\n"
-    done = subprocess.run([sys.executable, "-I", "-c", program], capture_output=True, timeout=60)
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", program], capture_output=True, timeout=60)
     return done.returncode == 0
 
 

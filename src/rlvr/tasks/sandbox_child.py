@@ -112,71 +112,78 @@ def lock_in(limits) -> bool:
 
 def install_guard(home, limits, emit) -> None:
     """The audit hook (module doc); ``home`` is the one directory a program may change."""
-    root = os.path.realpath(home)
-    session = os.getsid(0)
     tokens_r, tokens_w = os.pipe()
     os.write(tokens_w, b"x" * max(0, int(limits["processes"]) - 1))
     os.close(tokens_w)
     os.set_blocking(tokens_r, False)
-    realpath, fspath, read = os.path.realpath, os.fspath, os.read
+    sys.addaudithook(_Guard(os.path.realpath(home), os.getsid(0), tokens_r, int(limits["processes"]), emit))
+    if hasattr(signal, "pidfd_send_signal"):
+        delattr(signal, "pidfd_send_signal")
 
-    def inside(path) -> bool:
+
+class _Guard:
+    """The audit hook: refuses what the module doc lists, recording each refusal."""
+
+    def __init__(self, root, session, tokens, processes, emit):
+        self.root, self.session, self.tokens, self.processes, self.emit = root, session, tokens, processes, emit
+
+    def __call__(self, event, args):
+        if event == "open":
+            path, _mode, flags = args
+            if flags is not None and flags & _WRITE_FLAGS and not self.inside(path):
+                self.refuse(f"writing {path!r} outside the sandbox directory")
+        elif event in _PATH_EVENTS:
+            for i in _PATH_EVENTS[event]:
+                if i < len(args) and args[i] is not None and not self.inside(args[i]):
+                    self.refuse(f"{event} on {args[i]!r} outside the sandbox directory")
+        elif event in ("os.kill", "os.killpg"):
+            if not self.same_session(args[0] if event == "os.kill" else -args[0]):
+                self.refuse(f"{event}({args[0]}) outside the sandbox")
+        elif event in _FORKS:
+            self.take_token()
+        elif event.startswith(_NO_EXEC):
+            self.refuse(f"running another program ({event})")
+        elif event in _NO_CTYPES or (event == "import" and args[0] in ("ctypes", "_ctypes")):
+            self.refuse("loading C code with ctypes")
+        elif event == "socket.__new__" and len(args) > 1 and args[1] not in (-1, 1):  # 1 = AF_UNIX
+            self.refuse("opening a network socket")
+        elif event in ("socket.connect", "socket.bind", "socket.sendto") and isinstance(args[1], tuple):
+            self.refuse(f"{event} to {args[1]!r}")
+        elif event in _NO_NET:
+            self.refuse(f"network name look-up ({event})")
+
+    def refuse(self, what):
+        self.emit(ev="blocked", what=what)
+        raise SandboxViolation(f"sandbox: {what} is not allowed")
+
+    def inside(self, path) -> bool:
+        """Whether ``path`` (relative to the current directory) lies strictly inside the root."""
         if isinstance(path, int):
             return True  # an already open descriptor
-        p = fspath(path)
+        p = os.fspath(path)
         p = p.decode("utf-8", "replace") if isinstance(p, bytes) else p
         if p in (os.devnull, "/dev/stdout", "/dev/stderr"):
             return True
-        full = realpath(p)  # relative to the current directory, wherever the program moved it
-        return full.startswith(root + os.sep)  # not the directory itself: it may not be removed
+        return os.path.realpath(p).startswith(self.root + os.sep)  # not the root itself: it may not be removed
 
-    def refuse(what):
-        emit(ev="blocked", what=what)
-        raise SandboxViolation(f"sandbox: {what} is not allowed")
-
-    def same_session(pid) -> bool:
-        if pid in (0, -1) or pid < -1:
-            return pid != -1 and (pid == 0 or -pid == os.getpgid(0))
+    def same_session(self, pid) -> bool:
+        """Whether a signal to ``pid`` (kill's conventions: 0, -pgid, -1) stays inside the sandbox."""
+        if pid == 0:
+            return True
+        if pid < 0:
+            return pid != -1 and -pid == os.getpgid(0)
         try:
-            return os.getsid(pid) == session
+            return os.getsid(pid) == self.session
         except OSError:
             return True  # no such process: let the call fail by itself
 
-    def hook(event, args):
-        if event == "open":
-            path, _mode, flags = args
-            if flags is not None and flags & _WRITE_FLAGS and not inside(path):
-                refuse(f"writing {path!r} outside the sandbox directory")
-        elif event in _PATH_EVENTS:
-            for i in _PATH_EVENTS[event]:
-                if i < len(args) and args[i] is not None and not inside(args[i]):
-                    refuse(f"{event} on {args[i]!r} outside the sandbox directory")
-        elif event in ("os.kill", "os.killpg"):
-            pid = args[0] if event == "os.kill" else -args[0]
-            if not same_session(pid):
-                refuse(f"{event}({args[0]}) outside the sandbox")
-        elif event in _FORKS:
-            try:
-                taken = read(tokens_r, 1)
-            except BlockingIOError:
-                taken = b""
-            if not taken:
-                refuse(f"more than {limits['processes']} processes")
-        elif event.startswith(_NO_EXEC):
-            refuse(f"running another program ({event})")
-        elif event in _NO_CTYPES or (event == "import" and args[0] in ("ctypes", "_ctypes")):
-            refuse("loading C code with ctypes")
-        elif event == "socket.__new__" and len(args) > 1 and args[1] not in (-1, 1):  # 1 = AF_UNIX
-            refuse("opening a network socket")
-        elif event in ("socket.connect", "socket.bind", "socket.sendto") and isinstance(args[1], tuple):
-            refuse(f"{event} to {args[1]!r}")
-        elif event in _NO_NET:
-            refuse(f"network name look-up ({event})")
-
-    sys.addaudithook(hook)
-    for name in ("pidfd_send_signal",):
-        if hasattr(signal, name):
-            delattr(signal, name)
+    def take_token(self):
+        try:
+            taken = os.read(self.tokens, 1)
+        except BlockingIOError:
+            taken = b""
+        if not taken:
+            self.refuse(f"more than {self.processes} processes")
 
 
 def peak_mb() -> float:
