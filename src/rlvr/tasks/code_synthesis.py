@@ -1,6 +1,6 @@
 """Write a one-line Python function from input/output examples; verified by running it (testbed task).
 
-Prompt ``f(2)=7;f(3)=10;f(5)=16;def f(x):`` → completion ``return 3*x+1``. The program
+Prompt ``f(0)=1;f(1)=4;f(7)=22;def f(x):`` → completion ``return 3*x+1``. The program
 ``def f(x):\\n    <completion>`` runs in the sandbox through the ``code`` verifier on held-out
 inputs the prompt does not show, so a completion that only reproduces the shown pairs fails.
 """
