@@ -85,22 +85,25 @@ def test_hostile_programs_score_zero_with_reasons_and_leave_nothing(tmp_path):
     escaping = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
                 "def f(x):\n    return x + 1\n")
     good = "def f(x):\n    return x + 1\n"
-    problems = [Problem("p", meta={"code": spec}) for _ in range(len(sources) + 2)]
+    escapes = 8  # a child in its own session that outlives its parent: before the fork race was closed,
+    # about 1 in 3 of these survived the run (the parent exited before the child set PR_SET_PDEATHSIG)
+    problems = [Problem("p", meta={"code": spec}) for _ in range(len(sources) + escapes + 1)]
     with VerifierPool(2) as pool:
-        scores = verify_all(task, problems, sources + [escaping, good], timeout_s=60.0, pool=pool)
+        scores = verify_all(task, problems, sources + [escaping] * escapes + [good], timeout_s=60.0, pool=pool)
         assert pool.replaced == 0  # no worker was killed: not by a program, not by a time-out
     for name, score in zip(names, scores):
         assert score.value == 0.0, (name, score.meta)
         assert score.meta["reason"] == programs[name][1], (name, score.meta)
         assert score.meta["leftover"] == 0, name
-    assert scores[-2].value == 1.0 and scores[-1].value == 1.0  # the batch went on
+    assert [s.value for s in scores[len(names):]] == [1.0] * (escapes + 1)  # the batch went on
     memory = scores[names.index("allocate_50_GB")]
     assert memory.meta["peak_mb"] is not None and memory.meta["peak_mb"] < MEMORY_MB
     assert not outside.exists() and sentinel.read_text() == "keep me"
     deadline = time.monotonic() + 5.0  # SIGKILLed processes may take a moment to disappear
     while sandbox_processes(root) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sandbox_processes(root) == []
+    left = sandbox_processes(root)
+    assert left == [], [open(f"/proc/{pid}/stat").read() for pid in left]
     assert list(root.iterdir()) == []  # every temporary directory was removed
 
 

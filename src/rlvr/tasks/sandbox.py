@@ -95,7 +95,8 @@ def run_program(job: dict[str, Any], limits: Limits) -> RunResult:
     finally:
         os.close(write_end)
     start = time.monotonic()
-    child_limits = {**asdict(limits), "test_s": limits.test_timeout_s, "output_chars": limits.output_bytes}
+    child_limits = {**asdict(limits), "test_s": limits.test_timeout_s, "output_chars": limits.output_bytes,
+                    "parent_pid": os.getpid()}
     spec = {**job, "nonce": nonce, "result_fd": write_end, "limits": child_limits}
     try:
         proc.stdin.write((json.dumps(spec) + "\n").encode("utf-8"))

@@ -88,11 +88,18 @@ def lock_in(limits) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
 
+    parent = [limits["parent_pid"]]
+
+    def forking():
+        parent[0] = os.getpid()
+
     def die_with_parent():
         prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent[0]:  # the parent died before the line above: nothing would signal us
+            os._exit(137)
 
     die_with_parent()
-    os.register_at_fork(after_in_child=die_with_parent)
+    os.register_at_fork(before=forking, after_in_child=die_with_parent)
     isolated = limits.get("isolate_network", True) and libc.unshare(0x40000000) == 0  # CLONE_NEWNET
     mib = 1 << 20
     for name, value in (("RLIMIT_AS", limits["memory_mb"] * mib), ("RLIMIT_CPU", limits["cpu_s"]),
