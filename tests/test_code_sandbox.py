@@ -85,8 +85,7 @@ def test_hostile_programs_score_zero_with_reasons_and_leave_nothing(tmp_path):
     escaping = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
                 "def f(x):\n    return x + 1\n")
     good = "def f(x):\n    return x + 1\n"
-    escapes = 8  # a child in its own session that outlives its parent: before the fork race was closed,
-    # about 1 in 3 of these survived the run (the parent exited before the child set PR_SET_PDEATHSIG)
+    escapes = 8  # a child in its own session that outlives its parent (see the next test)
     problems = [Problem("p", meta={"code": spec}) for _ in range(len(sources) + escapes + 1)]
     with VerifierPool(2) as pool:
         scores = verify_all(task, problems, sources + [escaping] * escapes + [good], timeout_s=60.0, pool=pool)
@@ -120,3 +119,20 @@ def test_printing_past_the_cap_stops_with_output_limit(mode):
         {"mode": "io", "io": [{"input": "", "output": ""}]}
     score = verifier.score(Problem("p", meta={"code": spec}), "while True:\n    print('x' * 1000)\n")
     assert (score.value, score.meta["reason"]) == (0.0, "output_limit")
+
+
+def test_children_in_their_own_session_die_with_the_program(tmp_path):
+    """A child that calls setsid() escapes the group kill and the session sweep; PR_SET_PDEATHSIG
+    must still end it. Before the fork race was closed (the parent exiting before its child had set
+    the signal), 10 of 30 such runs left their child behind on a loaded 2-core machine."""
+    from rlvr.tasks.sandbox import Limits, run_program
+
+    limits = Limits(work_root=str(tmp_path))
+    source = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+    for _ in range(30):
+        run_program({"mode": "assert", "source": source, "tests": ["assert True"]}, limits)
+    deadline = time.monotonic() + 5.0
+    while sandbox_processes(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes(tmp_path) == []
+
