@@ -9,3 +9,4 @@ __all__ = ["EPISODE_KEY", "EnvError", "Environment", "build_env", "env_names", "
 from rlvr.envs import refine  # noqa: E402,F401  (registers refine_arithmetic: environment and task)
 from rlvr.envs import bidding  # noqa: E402,F401  (registers auto_bidding: environment and task)
 from rlvr.envs import lure  # noqa: E402,F401  (registers lure_arithmetic, lure_countdown)
+from rlvr.envs import python_tool  # noqa: E402,F401  (registers python_tool: tool calls in rollouts)

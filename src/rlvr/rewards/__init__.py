@@ -2,6 +2,7 @@
 
 from rlvr.rewards.base import RewardShaper
 from rlvr.rewards import overlong, verifiers, c3rl  # noqa: F401  (registers the plug-ins)
+from rlvr.rewards import code  # noqa: F401  (registers the sandboxed code verifier)
 from rlvr.rewards import gar, shapley  # noqa: F401  (registers gar, parallel_shapley)
 from rlvr.rewards import consensus, ttrl, om_grpo  # noqa: F401  (label-free shapers)
 from rlvr.rewards import de_venus  # noqa: F401  (DE-Venus weak supervision)

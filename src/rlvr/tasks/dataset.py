@@ -17,6 +17,7 @@ from rlvr.notice import notice
 from rlvr.registry import param, register
 from rlvr.tasks.base import Task, TaskConfig, _check_split, prompt_hash
 from rlvr.tasks.chat import prompt_fields
+from rlvr.tasks.code_rows import code_problem
 from rlvr.tasks.hub import looks_like_hub_name, read_hub
 from rlvr.tasks.safe import safe_verify
 from rlvr.types import Problem, Score
@@ -43,7 +44,8 @@ class DatasetConfig(TaskConfig):
                                           "labelled data, e.g. DE-Venus's mixed supervision)")
     solution_column: str = param("solution", "optional column with a worked solution (used by warm_start)")
     timeout_s: float = param(5.0, "time limit of one answer check, in seconds")
-    verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact")
+    verifier: str = param("math_verify", "answer checker (rlvr list verifier): math_verify | numeric | exact | "
+                                         "code (rows with tests: HumanEval, MBPP, tests, io; docs/code.md)")
     meta_columns: list = param([], "extra columns copied into each Problem.meta (e.g. ref_accuracy for c3rl); "
                                    "a missing one is an error")
     on_bad_row: str = param("error", "a row missing a column, with an answer that is not a string or number, or "
@@ -109,6 +111,9 @@ class Dataset(Task):
         return rng.choice(self.rows("train"))
 
     def verify(self, problem: Problem, completion: str) -> Score:
+        episode = problem.meta.get("episode")  # a multi_turn row (e.g. python_tool): the episode's reward
+        if isinstance(episode, dict) and "reward" in episode:
+            return Score(float(episode["reward"]), None, {"objectives": {}})
         if self._verifier is None:
             from rlvr.registry import build
 
@@ -160,7 +165,8 @@ class Dataset(Task):
         cfg = self.config
         first = rows[0] if rows else {}
         columns = set(first) if isinstance(first, dict) else set()
-        for col in (cfg.prompt_column, cfg.answer_column, *cfg.meta_columns):
+        code = cfg.verifier == "code"  # test suites instead of an answer column (rlvr.tasks.code_rows)
+        for col in () if code else (cfg.prompt_column, cfg.answer_column, *cfg.meta_columns):
             if col and col not in columns:
                 hint = "; for a dataset without answers set answer_column: ''" if col == cfg.answer_column else ""
                 raise ValueError(f"dataset task: column '{col}' is missing in {source} "
@@ -187,6 +193,11 @@ class Dataset(Task):
         """One row as a Problem; ``BadRow`` says what is wrong with it. A row without the answer column
         is label-free (partly labelled data), unless it has a column the first row lacks (a misspelling)."""
         cfg = self.config
+        if cfg.verifier == "code":  # HumanEval / MBPP / tests / io rows
+            try:
+                return code_problem(row, cfg.prompt_column, cfg.solution_column, i, source)
+            except ValueError as err:
+                raise BadRow(str(err)) from None
         if not isinstance(row, dict):
             raise BadRow(f"expected an object with columns, got {type(row).__name__}")
         unknown = sorted(set(row) - columns)
