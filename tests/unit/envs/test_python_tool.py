@@ -15,11 +15,11 @@ from rlvr.registry import build
 from rlvr.rollout.engines.base import Generation
 from rlvr.rollout.samplers import SampleContext
 from rlvr.types import Origin, Problem
-from tests.tiny_models import logit_grads
+from tests.helpers.tiny_models import logit_grads
 
 
 def shout(text: str) -> str:
-    """A user tool (``tests.test_python_tool:shout``)."""
+    """A user tool (``tests.unit.envs.test_python_tool:shout``)."""
     return text.upper()
 
 
@@ -34,7 +34,7 @@ def env(**params):
 
 
 def test_python_tool_replies_errors_caps_and_final_answer():
-    e = env(tools=["tests.test_python_tool:shout", "tests.test_python_tool:broken"], max_calls=4,
+    e = env(tools=["tests.unit.envs.test_python_tool:shout", "tests.unit.envs.test_python_tool:broken"], max_calls=4,
             max_output_chars=80)
     obs, score, done = e.step("let me run <py>print(6 * 7)</py>")
     assert obs == "\n<out>42\n</out>\n" and (score, done) == (0.0, False)
@@ -55,7 +55,7 @@ def test_python_tool_replies_errors_caps_and_final_answer():
 
 def test_bad_tool_and_config_are_named():
     with pytest.raises(Exception, match="no attribute 'nope'"):
-        build_env("python_tool", tools=["tests.test_python_tool:nope"])
+        build_env("python_tool", tools=["tests.unit.envs.test_python_tool:nope"])
     with pytest.raises(ValueError, match="result_format"):
         build_env("python_tool", result_format="no placeholder")
 
