@@ -24,7 +24,7 @@ from collections import Counter
 
 from rlvr.registry import build
 from rlvr.tasks.pool import VerifierPool
-from rlvr.tasks.safe import verify_all
+from rlvr.tasks.verify import verify_all
 from rlvr.types import Problem, Score
 
 SPEC = {"mode": "assert", "tests": ["assert f(1) == 3", "assert f(2) == 5", "assert f(10) == 21"]}

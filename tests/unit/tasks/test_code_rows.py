@@ -63,7 +63,7 @@ def test_dataset_task_verifies_code_rows_with_their_solutions(tmp_path):
 
 def test_dataset_bad_code_row_names_the_row_or_is_skipped(tmp_path):
     path = write(tmp_path, [TESTS, {"prompt": "y", "tests": "assert 1"}])
-    with pytest.raises(ValueError, match=r"row 2: 'tests' must be a list"):
+    with pytest.raises(ValueError, match=r"line 2: 'tests' must be a list"):
         Dataset(Dataset.Config(path=path, verifier="code")).rows("train")
     task = Dataset(Dataset.Config(path=path, verifier="code", on_bad_row="skip", test_fraction=0.01))
     assert len(task.rows("train") + task.rows("test")) == 1 and task.skipped_rows == 1

@@ -11,7 +11,7 @@ import pytest
 
 from rlvr.registry import build
 from rlvr.tasks.pool import VerifierPool
-from rlvr.tasks.safe import verify_all
+from rlvr.tasks.verify import verify_all
 from rlvr.types import Problem, Score
 
 MEMORY_MB = 512

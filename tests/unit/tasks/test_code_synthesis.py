@@ -8,7 +8,7 @@ import re
 import pytest
 
 from rlvr.registry import build
-from rlvr.tasks.safe import verify_all
+from rlvr.tasks.verify import verify_all
 
 
 @pytest.fixture(scope="module")
