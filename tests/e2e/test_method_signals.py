@@ -16,6 +16,7 @@ from rlvr.train.movement import kl_new_old
 from rlvr.train.trainer import Trainer
 from rlvr.types import AdvantageInputs
 from tests.e2e.ddp_worker import fixed_global_batch
+from tests.e2e.mechanisms import MIXED
 from tests.e2e.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
@@ -76,7 +77,9 @@ def test_fixed_norm_update_ignores_extra_padding(tmp_path):
 def test_kgps_noise_follows_measured_policy_movement(tmp_path):
     """u_t is KL(π_t‖π_{t−1}) on the step's tokens (recomputed here from the two policies) or ‖Δθ‖²; the process
     noise Q_t = q0 + κ·u_t is positive and changes from step to step (before: Q_t = q0 every step)."""
-    trainer = _preset(tmp_path, "kgps")
+    # toy_mixed_test (tests/e2e/tiny.py): rewards 1, 0, 1, 0 in every group, so every step updates the
+    # policy whatever is sampled (with toy_digit_test a step whose groups all missed the '7' left it still).
+    trainer = _preset(tmp_path, "kgps", MIXED)
     qs = []
     for step in range(3):
         trainer.step = step
@@ -89,7 +92,7 @@ def test_kgps_noise_follows_measured_policy_movement(tmp_path):
         assert abs(metrics["optim/policy_kl"] - float(total / count)) < 1e-6
         qs.append(metrics["select/kgps_q"])
     assert min(qs) > 1e-3 and len({round(q, 9) for q in qs}) == 3
-    moved = _preset(tmp_path / "sq", "kgps", "algorithm.selector.update_magnitude=param_sq_norm")
+    moved = _preset(tmp_path / "sq", "kgps", MIXED, "algorithm.selector.update_magnitude=param_sq_norm")
     start = _flat(moved.policy)
     metrics, _ = moved.train_step()
     delta = float(((_flat(moved.policy) - start) ** 2).sum())
