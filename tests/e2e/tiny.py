@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass
 
 from rlvr.registry import param, register
@@ -66,6 +67,21 @@ class ToyMixed(ToyDigit):
         seen[problem.prompt] = k + 1
         plain = super().verify(problem, completion)
         return Score(float(k % 2 == 0), parsed=plain.parsed, meta=plain.meta)
+
+
+@register("task", "toy_coin_test")
+class ToyCoin(ToyDigit):
+    """ToyDigit whose verdict is a fair coin keyed by the text: 1 when the CRC-32 of the completion is
+    odd. Stateless (the same on every rank and process), and about half of any set of distinct texts
+    scores 1 whatever the model, so fitness that depends on what was sampled varies by construction
+    (with "contains 7", ~1 completion in 16, whole ES steps scored 0 for some seeds and CPUs).
+
+    Differs from toy_digit_test: the verdict is a hash of the text. Shapes: n/a.
+    """
+
+    def verify(self, problem: Problem, completion: str) -> Score:
+        plain = super().verify(problem, completion)
+        return Score(float(zlib.crc32(completion.encode()) % 2), parsed=plain.parsed, meta=plain.meta)
 
 
 TINY = {
