@@ -74,7 +74,8 @@ def test_trl_reward_functions_train_with_weights(tmp_path, pool_pids):
         assert row["reward/explodes"] == 0.0 and 0.0 < row["reward/brevity"] < 1.0
         assert row["reward/verifier_errors"] == 16  # explodes fails on every row of 4 x 4
     # the unit column was read, row by row: rows of unit "" score 1, the others 0
-    assert any(0.0 < row["reward/mentions_unit"] for row in rows) and any(row["reward/mentions_unit"] < 1.0 for row in rows)
+    units = [row["reward/mentions_unit"] for row in rows]
+    assert any(0.0 < u for u in units) and any(u < 1.0 for u in units)
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     errors = [s["verifier_error"] for s in samples]
     assert all("reward 'explodes': RuntimeError: reward function exploded" in e for e in errors)
