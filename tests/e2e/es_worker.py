@@ -12,9 +12,11 @@ import torch
 from rlvr.train.run import make_trainer
 from tests.helpers.tiny import tiny_config
 
-# Sampled fitness (temperature 1, 2 samples) so the untrained tiny model has mixed rewards; an odd
-# population so the ranks' shares differ (rank 0 scores members 0, 2, 4; rank 1 members 1, 3).
-ES_OVERRIDES = ["optim.name=es", "optim.params.population=5", "optim.params.prompts=3", "optim.params.sigma=0.05",
+# Sampled fitness (temperature 1, 2 samples) scored by toy_coin_test (a hash of the text, the same on
+# every rank: members whose samples differ get different fitness, whatever the model); an odd population
+# so the ranks' shares differ (rank 0 scores members 0, 2, 4; rank 1 members 1, 3).
+ES_OVERRIDES = ["task.name=toy_coin_test",
+                "optim.name=es", "optim.params.population=5", "optim.params.prompts=3", "optim.params.sigma=0.05",
                 "optim.params.alpha=0.05", "optim.params.temperature=1.0", "optim.params.samples_per_prompt=2",
                 "run.steps=2"]
 

@@ -24,6 +24,7 @@ class Check:
     overrides: tuple[str, ...] = ()
     warm: bool = False
     xfail: str = ""
+    base: tuple[str, ...] = ()  # when set, ``base`` is the plain grpo preset re-run with these overrides
 
 
 def col(rows: Rows, key: str) -> list[float]:
@@ -44,6 +45,20 @@ def _unanimous_steps_have_zero_advantage(rows: Rows, base: Rows) -> bool:
 
 
 EVERY_ROW = "optim.skip_zero_rows=false"  # the update computes every row (loss/entropy over all of them)
+# Rewards 1, 0, 1, 0 within every group whatever is sampled (tests/e2e/tiny.py): the checks that need a
+# learning signal (a mixed group, in step 1 for a comparison with GRPO) get it by construction, not by
+# the luck of an untrained model writing a '7' (about 1 completion in 16; a group of 4 with no '7' at
+# all is about a third of them, so step 1 has no signal for some seeds and CPUs).
+MIXED = "task.name=toy_mixed_test"
+# FADE's η = clip(H̄/H_target, 0, 1): a target above ln(vocab) (the char vocabulary has ~100 tokens,
+# ln 100 ≈ 4.6 nats, the largest entropy any batch can have) puts η < 1 on every step by construction.
+# (With the preset's target read from the first batch, η < 1 needed a later batch to come out less
+# random than the first: a coin flip of the sampler.)
+FADE_TARGET = "algorithm.advantage.entropy_target=10.0"
+# The two aggregations agree when every row fills the cap (L = C); with a 12-token cap every row of a
+# step can (the untrained model writes eos about once in 100 tokens). A 48-token cap: the rows average
+# ~38 tokens, and all 16 rows of step 1 running to the cap is ~(1/2)^16.
+LONG = "rollout.max_new_tokens=48"
 DIGIT_STEPS = "rollout.sampler.step_separators=['0','1','2','3','4','5','6','7','8','9']"
 
 # Each method's own diagnostics, which must reach metrics.jsonl when its preset trains.
@@ -93,18 +108,20 @@ METHOD_METRICS = {
 }
 
 MECHANISMS: dict[str, list[Check]] = {
-    "grpo": [Check("group-relative advantages", lambda r, b: some(r, "adv/abs_mean"))],
+    "grpo": [Check("group-relative advantages", lambda r, b: some(r, "adv/abs_mean"), overrides=(MIXED,))],
     # loss/entropy probes the aggregation over every row: with optim.skip_zero_rows it covers only the
     # rows the update computes (the GRPO base runs with the skip off too).
     "dr_grpo": [Check("no std scaling and a constant normaliser: step-1 advantages and aggregation differ from GRPO",
                       lambda r, b: step1_differs("adv/abs_mean")(r, b) and step1_differs("loss/entropy")(r, b),
-                      overrides=(EVERY_ROW,))],
-    "std_dial": [Check("the std dial: step-1 advantages differ from GRPO's", step1_differs("adv/abs_mean"))],
+                      overrides=(EVERY_ROW, MIXED, LONG), base=(MIXED, LONG))],
+    "std_dial": [Check("the std dial: step-1 advantages differ from GRPO's", step1_differs("adv/abs_mean"),
+                       overrides=(MIXED,), base=(MIXED,))],
     "length_power": [Check("length weights L^(α−1): the step-1 token aggregation differs from GRPO's",
                            step1_differs("loss/entropy"), overrides=(EVERY_ROW,))],
     "mmpo": [Check("moment weights ≠ 1", lambda r, b: some(r, "adv/moment_weight_mean", lambda v: v != 1.0))],
     "fade": [Check("focal / dynamic-entropy scaling moves off 1",
-                   lambda r, b: some(r, "adv/lambda_neg", lambda v: v != 1.0) or some(r, "adv/eta", lambda v: v != 1.0))],
+                   lambda r, b: some(r, "adv/lambda_neg", lambda v: v != 1.0) or some(r, "adv/eta", lambda v: v != 1.0),
+                   overrides=(FADE_TARGET,))],
     "sa_mrpo": [Check("saturation-aware weights differ between two objectives",
                       lambda r, b: some(r, "adv/weight_0", lambda v: v != 1.0)
                       and any(x["adv/weight_0"] != x["adv/weight_1"] for x in r),
@@ -112,7 +129,10 @@ MECHANISMS: dict[str, list[Check]] = {
     "taco": [Check("positive credit on tail tokens is down-weighted", lambda r, b: some(r, "adv/taco_reweighted_frac"),
                    overrides=("warm_start.steps=100", "warm_start.batch_size=32", "rollout.temperature=1.5",
                               "rollout.prompts_per_step=8", "rollout.group_size=8"), warm=True)],
-    "answer_mask": [Check("answer-span tokens lose their advantage", lambda r, b: some(r, "adv/answer_zeroed_frac"))],
+    # Every row has an advantage (MIXED); 3 steps x 16 rows x 32 tokens make a '#' (the span's start; ~1
+    # character in 100 for the untrained model) certain to be sampled somewhere.
+    "answer_mask": [Check("answer-span tokens lose their advantage", lambda r, b: some(r, "adv/answer_zeroed_frac"),
+                          overrides=(MIXED, "rollout.max_new_tokens=32"))],
     "dapo": [Check("overlong penalty and dynamic-sampling refills",
                    lambda r, b: some(r, "reward/overlong_frac") and some(r, "rollout/rounds", lambda v: v > 1))],
     "gspo": [Check("sequence-level ratio clipping binds", lambda r, b: some(r, "loss/clipfrac"))],

@@ -13,9 +13,13 @@ from rlvr.train.trainer import Trainer
 
 from tests.helpers.tiny import tiny_config
 
-# A short warm start teaches "7<eos>"; with 2 new tokens and a hot sampler some rows end with eos and
-# some are cut (about a third with this seed), so both kinds are in the batch.
-SETUP = ["rollout.max_new_tokens=2", "rollout.temperature=1.5", "warm_start.steps=25", "warm_start.batch_size=32",
+# A short warm start teaches "7<eos>"; with 2 new tokens and a hot sampler a row ends with eos or is cut
+# (0.45-0.66 of them are cut over seeds 0-3). 8 x 8 = 64 rows: a batch with no cut row, or only cut rows,
+# is below 0.66^64 ≈ 3e-12 whatever a machine's rounding samples (the 16 rows before: ~1e-3). The
+# mixed-reward task (rewards 1, 0, 1, 0 in every group) gives every row an advantage, so masking the cut
+# rows must change the loss whichever rows they are.
+SETUP = ["task.name=toy_mixed_test", "rollout.max_new_tokens=2", "rollout.temperature=1.5",
+         "rollout.prompts_per_step=8", "rollout.group_size=8", "warm_start.steps=25", "warm_start.batch_size=32",
          "warm_start.lr=0.01", "run.steps=2"]
 
 

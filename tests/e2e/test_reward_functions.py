@@ -23,9 +23,16 @@ REWARDS = [{"fn": F + "mentions_unit", "weight": 1.0}, {"fn": F + "brevity", "we
            {"fn": F + "explodes", "weight": 0.1}, {"fn": F + "hangs_sometimes", "weight": 0.1, "name": "slow"}]
 
 
+NEVER = "unit-too-long"  # 13 characters: longer than any completion (TINY's 12 new tokens)
+
+
 def _config(tmp_path, rewards=REWARDS, steps=2, **algorithm):
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "unit": "1" if i % 2 else "2"})
+    # The unit decides mentions_unit whatever is sampled: "" is in every completion, and a 13-character
+    # unit is in none (12 new tokens of a character vocabulary; "1"/"2" were in a sampled text by luck).
+    # The 2 steps' prompts (data order: Python's seeded RNG, no floats) include both kinds of row.
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i),
+                                        "unit": "" if i % 4 == 1 else NEVER})
                             + "\n" for i in range(10, 40)))
     tree = {**TINY, "task": {"name": "dataset", "params": {"path": str(data), "meta_columns": ["unit"]}},
             "rollout": {**TINY["rollout"], "verify_workers": 2, "verify_timeout_s": 0.5},
@@ -66,7 +73,9 @@ def test_trl_reward_functions_train_with_weights(tmp_path, pool_pids):
             assert f"reward/{name}" in row, name
         assert row["reward/explodes"] == 0.0 and 0.0 < row["reward/brevity"] < 1.0
         assert row["reward/verifier_errors"] == 16  # explodes fails on every row of 4 x 4
-    assert any(0.0 < row["reward/mentions_unit"] for row in rows)  # the unit column was read
+    # the unit column was read, row by row: rows of unit "" score 1, the others 0
+    units = [row["reward/mentions_unit"] for row in rows]
+    assert any(0.0 < u for u in units) and any(u < 1.0 for u in units)
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     errors = [s["verifier_error"] for s in samples]
     assert all("reward 'explodes': RuntimeError: reward function exploded" in e for e in errors)

@@ -96,7 +96,8 @@ def test_preset_mechanism_fires_with_what_it_needs(tmp_path, preset, index, grpo
     # larger group, near-greedy sampling for unanimous groups, ...), or a known gap marked xfail.
     check = MECHANISMS[preset][index]
     _, rows = _run_preset(tmp_path, preset, check.overrides, check.warm)
-    assert check.active(rows, grpo_rows), f"{preset}: {check.what}"
+    base = _run_preset(tmp_path / "base", "grpo", [EVERY_ROW, *check.base])[1] if check.base else grpo_rows
+    assert check.active(rows, base), f"{preset}: {check.what}"
 
 
 def test_every_preset_has_a_mechanism_check_or_a_reason():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass
 
 from rlvr.registry import param, register
@@ -46,6 +47,41 @@ class ToyDigit(Task):
 
     def check_steps(self, problem: Problem, completion: str) -> int | None:
         return None if self.config.digit in completion else 0
+
+
+@register("task", "toy_mixed_test")
+class ToyMixed(ToyDigit):
+    """ToyDigit whose verdict alternates 1, 0, 1, 0, ... over the completions of each prompt, in the
+    order they are verified (in-process and in row order: ``needs_timeout = False``). Every group of an
+    even size therefore has mixed rewards whatever tokens the model samples, so a mechanism that needs a
+    learning signal fires by construction, on any CPU and thread count (toy_digit_test's "contains 7"
+    succeeds for about 1 completion in 16 on the untrained model: whether a step gets a mixed group is
+    luck, and a float rounding difference that flips one sampled token changes it).
+
+    Differs from toy_digit_test: the verdict ignores the text. Shapes: n/a.
+    """
+
+    def verify(self, problem: Problem, completion: str) -> Score:
+        seen = self.__dict__.setdefault("_verified", {})  # prompt -> completions verified so far
+        k = seen.get(problem.prompt, 0)
+        seen[problem.prompt] = k + 1
+        plain = super().verify(problem, completion)
+        return Score(float(k % 2 == 0), parsed=plain.parsed, meta=plain.meta)
+
+
+@register("task", "toy_coin_test")
+class ToyCoin(ToyDigit):
+    """ToyDigit whose verdict is a fair coin keyed by the text: 1 when the CRC-32 of the completion is
+    odd. Stateless (the same on every rank and process), and about half of any set of distinct texts
+    scores 1 whatever the model, so fitness that depends on what was sampled varies by construction
+    (with "contains 7", ~1 completion in 16, whole ES steps scored 0 for some seeds and CPUs).
+
+    Differs from toy_digit_test: the verdict is a hash of the text. Shapes: n/a.
+    """
+
+    def verify(self, problem: Problem, completion: str) -> Score:
+        plain = super().verify(problem, completion)
+        return Score(float(zlib.crc32(completion.encode()) % 2), parsed=plain.parsed, meta=plain.meta)
 
 
 TINY = {
