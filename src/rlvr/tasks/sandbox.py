@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.tasks.procs import session_members
+
 CHILD = str(Path(__file__).with_name("sandbox_child.py"))
 MODES = ("assert", "io")
 
@@ -199,7 +201,7 @@ def sweep(session: int, tries: int = 50) -> tuple[int, int]:
     """Kill every live process whose session or process group is ``session``; (killed, left alive)."""
     killed = 0
     for _ in range(tries):
-        alive = session_members(session)
+        alive = session_members(session, groups=True, exiting=True)
         if not alive:
             return killed, 0
         for pid in alive:
@@ -209,28 +211,7 @@ def sweep(session: int, tries: int = 50) -> tuple[int, int]:
             except ProcessLookupError:
                 pass
         time.sleep(0.01)
-    return killed, len(session_members(session))
-
-
-def session_members(session: int) -> list[int]:
-    """Live (not zombie) processes in session or process group ``session``, from /proc."""
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # state ppid pgrp session ...
-        if len(fields) >= 4 and fields[0] not in (b"Z", b"X") and session in (int(fields[2]), int(fields[3])):
-            found.append(int(name))
-    return found
+    return killed, len(session_members(session, groups=True, exiting=True))
 
 
 def parse_records(raw: bytes, nonce: str) -> list[dict[str, Any]]:

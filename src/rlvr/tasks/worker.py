@@ -21,10 +21,11 @@ import time
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
+from rlvr.tasks.procs import session_members
+
 READY = ("ready", None)  # a worker has loaded a call's target (imports, unpickling); the call starts now
 _SWEEP_ROUNDS = 50  # scans of /proc while a fork bomb keeps forking (each round kills what it found)
 _EXIT_WAIT_S = 30.0  # how long stop() waits for the killed processes to finish exiting
-_PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is exiting (killed, tearing down)
 
 
 class Worker:
@@ -98,26 +99,6 @@ def kill_session(sid: int) -> int:
         time.sleep(0.02)
     killed.discard(sid)
     return len(killed)
-
-
-def session_members(sid: int) -> list[int]:
-    """Live processes (not zombies, not exiting) whose session is ``sid``; [] where there is no /proc."""
-    out = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended while we looked
-        if int(fields[3]) == sid and fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_EXITING:
-            out.append(int(name))
-    return out
 
 
 def contain(memory_mb: int, with_parent: bool = True) -> None:

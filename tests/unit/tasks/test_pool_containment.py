@@ -14,7 +14,7 @@ import pytest
 
 from rlvr.tasks import pool as pool_mod
 from rlvr.tasks.pool import VerifierPool
-from rlvr.tasks.worker import session_members
+from rlvr.tasks.procs import session_members
 from rlvr.train.config import ConfigError, load_config
 from rlvr.types import Score
 
