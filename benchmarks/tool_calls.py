@@ -11,7 +11,9 @@ with the ``multi_turn`` sampler in the ``python_tool`` environment. Before and a
   (``env_params.disabled``), so it must answer alone.
 
 Per arm: accuracy (the episode's final answer right) with its binomial standard error, the
-tool-call rate (episodes with at least one call), and accuracy of the episodes that did not call.
+tool-call rate (episodes with at least one call), accuracy of the episodes that did not call, and
+two diagnostics of the calling episodes: the call's argument is exactly the problem
+(``call_is_the_problem``), and the final answer copies a numeric reply (``answer_copies_reply``).
 Prints one JSON object per seed, then a summary (mean over seeds, and the SE across seeds).
 
     python benchmarks/tool_calls.py --seeds 0 1 2 --out docs/results/code/tool_calls.json
@@ -23,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +33,8 @@ from typing import Any
 
 import torch
 
+CALL = re.compile(r"<calc>(.*?)</calc>", re.DOTALL)
+REPLY = re.compile(r"<out>(.*?)</out>", re.DOTALL)
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "examples" / "tool_calls_grpo.yaml"
 
 
@@ -53,9 +58,15 @@ def evaluate_arm(model: torch.nn.Module, tokenizer: Any, cfg: Any, problems: lis
     n = len(right)
     acc = sum(right) / n
     alone = [r for r, c in zip(right, called) if not c]
+    calls = [(p, CALL.search(t), REPLY.search(t), t) for p, t, c in zip(problems, batch.texts, called) if c]
+    exact = [bool(m and m.group(1) == p.prompt.rstrip("=")) for p, m, _, _ in calls]
+    numeric = [(r.group(1), t) for _, _, r, t in calls if r and r.group(1).lstrip("-").isdigit()]
+    copied = [t.rstrip().endswith(f"#{out}") for out, t in numeric]
     return {"accuracy": round(acc, 4), "se": round(math.sqrt(acc * (1 - acc) / n), 4),
             "call_rate": round(sum(called) / n, 4),
             "accuracy_without_call": round(sum(alone) / len(alone), 4) if alone else None,
+            "call_is_the_problem": round(sum(exact) / len(exact), 4) if exact else None,
+            "answer_copies_reply": round(sum(copied) / len(copied), 4) if copied else None,
             "example": batch.texts[0]}
 
 
