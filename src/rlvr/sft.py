@@ -2,7 +2,9 @@
 
 Each step draws ``batch_size`` new training problems (split "train", seed stream
 ``seed * 1_000_003 + step``), builds ``<bos> prompt | demonstration <eos>`` and minimises the
-token-mean cross-entropy over the completion tokens only (prompt and padding are ignored).
+token-mean cross-entropy over the completion tokens only (prompt and padding are ignored). A task
+with ``demonstration_turns`` demonstrates a multi-turn episode instead (policy turns each ending in
+eos, trained; environment turns such as a tool's reply, ignored): :func:`demonstration_tokens`.
 Optimiser: AdamW (weight decay 0 by default), learning rate warmed up linearly over ``warmup``
 steps then held constant; gradients clipped to ``max_grad_norm``.
 """
@@ -93,15 +95,42 @@ def demonstration_batch(tokenizer: PreTrainedTokenizerBase, task: Task, problems
         text = render_prompt(tokenizer, p)
         bos = tokenizer.bos_token
         prompt = tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
-        demo = task.demonstration(p) + suffix.replace("{confidence}", f"{rng.randint(1, 9) / 10:.1f}")
-        completion = tokenizer(demo, add_special_tokens=False)["input_ids"] + [eos]
+        tail = suffix.replace("{confidence}", f"{rng.randint(1, 9) / 10:.1f}")
+        completion, targets = demonstration_tokens(tokenizer, task, p, tail, eos)
         seqs.append(prompt + completion)
-        labels.append([IGNORE] * len(prompt) + completion)
+        labels.append([IGNORE] * len(prompt) + targets)
     width = max(len(s) for s in seqs)
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])  # (B, L)
     mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])  # (B, L)
     lab = torch.tensor([y + [IGNORE] * (width - len(y)) for y in labels])  # (B, L)
     return {"input_ids": ids, "attention_mask": mask, "labels": lab}
+
+
+def demonstration_tokens(tokenizer: PreTrainedTokenizerBase, task: Task, problem: Problem, suffix: str,
+                         eos: int) -> tuple[list[int], list[int]]:
+    """(completion ids, labels) of one demonstration. A task with ``demonstration_turns(problem)``
+    (``[(text, is_policy), ...]``: a multi-turn episode, e.g. a tool call, the tool's reply, the
+    answer) gets each turn tokenized on its own, as the ``multi_turn`` sampler builds a row: a policy
+    turn is followed by eos and trained; an environment turn is labelled IGNORE (never trained, as
+    its tokens are masked in rollouts). ``suffix`` goes on the last policy turn. Otherwise:
+    ``demonstration(problem) + suffix`` then eos, all trained."""
+    turns = getattr(task, "demonstration_turns", None)
+    if turns is None:
+        ids = tokenizer(task.demonstration(problem) + suffix, add_special_tokens=False)["input_ids"] + [eos]
+        return ids, list(ids)
+    episode = list(turns(problem))
+    last = max((i for i, (_, policy) in enumerate(episode) if policy), default=-1)
+    if last < 0:
+        raise ValueError(f"demonstration_turns of task '{task.name}' has no policy turn")
+    ids: list[int] = []
+    labels: list[int] = []
+    for i, (text, policy) in enumerate(episode):
+        piece = tokenizer(text + (suffix if i == last else ""), add_special_tokens=False)["input_ids"]
+        if policy:
+            piece = piece + [eos]
+        ids += piece
+        labels += piece if policy else [IGNORE] * len(piece)
+    return ids, labels
 
 
 def completion_loss(model: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> Tensor:

@@ -10,3 +10,4 @@ from rlvr.envs import refine  # noqa: E402,F401  (registers refine_arithmetic: e
 from rlvr.envs import bidding  # noqa: E402,F401  (registers auto_bidding: environment and task)
 from rlvr.envs import lure  # noqa: E402,F401  (registers lure_arithmetic, lure_countdown)
 from rlvr.envs import python_tool  # noqa: E402,F401  (registers python_tool: tool calls in rollouts)
+from rlvr.envs import calculator  # noqa: E402,F401  (registers tool_arithmetic; the calc tool)

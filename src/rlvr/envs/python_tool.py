@@ -28,6 +28,8 @@ class PythonToolConfig:
     tools: list = param([], "user tools, 'pkg.module:function' each (called with the argument text, returns "
                             "text), named <function>...</function>; <py>...</py> (sandboxed Python) is always there")
     python: bool = param(True, "offer the built-in <py> tool (a program run in the sandbox; stdout comes back)")
+    disabled: bool = param(False, "ablation: every call is answered 'error: tools are disabled' and not run "
+                                  "(still counted in info calls and errors), so a policy is measured without its tools")
     max_calls: int = param(3, "tool calls per episode; later calls are answered with an error text, not run")
     max_output_chars: int = param(200, "a tool's reply is cut to this many characters (marked with '...')")
     result_format: str = param("\n<out>{output}</out>\n", "the observation after a call; {output} = the reply")
@@ -89,7 +91,9 @@ class PythonTool(Environment):
             self.info["answered"] = True
             return "", float(self._verifier_for().score(self._problem, action).value), True
         self.info["calls"] += 1
-        if self.info["calls"] > self.config.max_calls:
+        if self.config.disabled:
+            reply, failed = "error: tools are disabled", True
+        elif self.info["calls"] > self.config.max_calls:
             reply, failed = f"error: at most {self.config.max_calls} tool calls per episode; answer now", True
         else:
             reply, failed = self._run(found.group(1), found.group(2))
