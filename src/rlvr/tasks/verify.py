@@ -19,8 +19,8 @@ import threading
 from contextlib import nullcontext
 from typing import Any
 
-from rlvr.tasks import pool as pool_mod
-from rlvr.tasks import safe
+import rlvr.tasks.pool as pool_mod
+import rlvr.tasks.safe as safe
 from rlvr.tasks.safe import as_score, safe_verify, sendable
 from rlvr.types import Problem, Score
 

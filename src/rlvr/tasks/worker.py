@@ -141,7 +141,7 @@ def _limit_memory(memory_mb: int) -> None:
 def serve(conn: Any, memory_mb: int = 0, with_parent: bool = False) -> None:
     """The worker loop: hold targets by key, run ``op(target, *args)``, send back the outcome."""
     contain(memory_mb, with_parent)
-    from rlvr.tasks import safe
+    import rlvr.tasks.safe as safe
 
     safe.enter_worker()
     held: dict[Any, Any] = {}
