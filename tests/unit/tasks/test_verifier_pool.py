@@ -62,13 +62,6 @@ def _apply(fn, arg):
     return fn(arg)
 
 
-@pytest.fixture(scope="module")
-def dataset_task(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "d.jsonl"
-    path.write_text("\n".join(json.dumps({"prompt": f"q{i}", "answer": str(i)}) for i in range(10)))
-    return build("task", "dataset", path=str(path))
-
-
 def _batch(n):
     problems = [Problem(f"q{i}", str(i)) for i in range(n)]
     texts = [f"so the answer is $\\boxed{{{i if i % 3 else i + 1}}}$" if i % 5 else "no idea" for i in range(n)]

@@ -5,7 +5,6 @@ the guard, pool and verify modules import one another without a cycle."""
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 
 import pytest
@@ -24,13 +23,6 @@ def no_shared_pool():
     verify_mod.close_shared_pool()
     yield
     verify_mod.close_shared_pool()
-
-
-@pytest.fixture(scope="module")
-def dataset_task(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "d.jsonl"
-    path.write_text("\n".join(json.dumps({"prompt": f"q{i}", "answer": str(i)}) for i in range(10)))
-    return build("task", "dataset", path=str(path))
 
 
 def _batch(n):
