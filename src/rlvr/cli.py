@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from rlvr.registry import KINDS, describe, entries
+from rlvr.registry import KINDS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,37 +186,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def plugin_listing() -> dict[str, Any]:
-    """Every built-in plug-in described (``rlvr.registry.describe``) and the aggregation modes. Building
-    it imports every plug-in module (torch, transformers: seconds), so it is kept in a cache file keyed
-    by the size and mtime of every source file of the package: later calls read it and import nothing."""
-    import hashlib
-    import os
-    from pathlib import Path
-    package = Path(__file__).resolve().parent
-    stamp = hashlib.sha256(sys.version.encode())
-    for path in sorted(package.rglob("*.py")):
-        info = path.stat()
-        stamp.update(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}\n".encode())
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlvr"
-    cache = root / f"list-{stamp.hexdigest()[:16]}.json"
-    try:
-        return json.loads(cache.read_text())
-    except (OSError, ValueError):
-        pass
-    from rlvr.aggregation import AGGREGATION_MODES
-    plugins = [describe(e) for e in entries()]
-    for item in plugins:
-        for f in item["params"]:
-            f["shown"] = str(f["default"])  # as Python prints it (a tuple stays a tuple)
-    listing = json.loads(json.dumps({"plugins": plugins, "aggregation_modes": list(AGGREGATION_MODES)}, default=str))
-    try:  # a cache that cannot be written (read-only home) only costs the next call its seconds
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(listing))
-        os.replace(tmp, cache)
-    except OSError:
-        pass
-    return listing
+    """Every built-in plug-in described and the aggregation modes: the committed ``rlvr/listing.json``,
+    read without importing a plug-in (``rlvr.listing``; a test keeps it equal to the registry's)."""
+    from rlvr.listing import load_listing
+    return load_listing()
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@
  5    training        train, presets
  6    own loops       optim/'s trainer plug-ins (ES, GRPO→ES, HyperES, progressive, LURE);
                       reports that load a trained run (analysis.bound_report)
- 7    front ends      compare, plots, quickstart, integrations, catalogue, cli, __main__
+ 7    front ends      compare, plots, quickstart, integrations, catalogue, listing, cli, __main__
 ====  ==============  ====================================================================
 
 A key is a dotted name below ``rlvr`` (``""`` is the package root); a module's layer is that of its
@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "optim": 6, "analysis.bound_report": 6,
     # 7 front ends
     "compare": 7, "plots": 7, "quickstart": 7, "integrations": 7, "cli": 7, "__main__": 7, "catalogue": 7,
+    "listing": 7,
 }
 
 
