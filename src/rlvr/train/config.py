@@ -153,8 +153,8 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    name: str = param("adamw", "'adamw' (the gradient trainer) or a registered optimizer plug-in that "
-                               "brings its own training loop (rlvr list optimizer; e.g. es)")
+    name: str = param("adamw", "the training loop, a registered optimizer plug-in (rlvr list --kind optimizer): "
+                               "'adamw' (the gradient trainer) or one with its own loop (e.g. es)")
     params: dict = param({}, "hyperparameters of the optimizer plug-in named by `name`")
     lr: float = param(1e-4, "AdamW learning rate (0: a frozen control run; everything runs, nothing is updated)")
     betas: tuple = param((0.9, 0.999), "AdamW betas")
@@ -189,6 +189,16 @@ class OptimConfig:
                              f"{self.ppo_epochs}")
         if self.old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"optim.old_logprobs must be recompute | rollout, got '{self.old_logprobs}'")
+
+    def plugin_class(self) -> type:
+        """The optimizer plug-in class ``name`` registers (``rlvr.optim.base.OptimizerPlugin``): what
+        the run asks what its loop takes; an unknown name is a ConfigError listing the valid ones."""
+        from rlvr.optim.base import optimizer_class
+        from rlvr.registry import RegistryError
+        try:
+            return optimizer_class(self.name)
+        except RegistryError as err:
+            raise ConfigError(f"optim.name: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -279,7 +289,7 @@ class Config:
 
     def __post_init__(self) -> None:
         check_ranges(self)  # numeric ranges: one line naming the key
-        if self.model.lora is not None and self.optim.name != "adamw":
+        if self.model.lora is not None and not self.optim.plugin_class().takes_lora:
             raise ValueError(f"model.lora: optimizer '{self.optim.name}' runs its own training loop on the full "
                              f"weights and does not take a LoRA policy; remove model.lora or use optim.name=adamw")
 
