@@ -209,7 +209,7 @@ class OptimConfig:
             raise ValueError(f"optim.old_logprobs must be recompute | rollout, got '{self.old_logprobs}'")
 
     def plugin_class(self) -> type:
-        """The optimizer plug-in class ``name`` registers (``rlvr.optim.base.OptimizerPlugin``): what
+        """The optimizer plug-in class registered as ``name`` (``rlvr.optim.base.OptimizerPlugin``), which
         the run asks what its loop takes; an unknown name is a ConfigError listing the valid ones."""
         from rlvr.optim.base import optimizer_class
         from rlvr.registry import RegistryError
