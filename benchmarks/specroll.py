@@ -125,8 +125,8 @@ def grpo(model: Any, tok: Any, engine: str, args: argparse.Namespace, folder: Pa
     total = args.rl_warmup + args.rl_steps
     base = {"task": {"name": "arithmetic"}, "warm_start": {"steps": 0},
             "rollout": {"prompts_per_step": args.prompts, "group_size": args.group,
-                        "max_new_tokens": args.max_new_tokens, "engine": engine,
-                        "engine_params": {"num_heads": args.num_heads} if engine == "specroll" else {}},
+                        "max_new_tokens": args.max_new_tokens,
+                        "engine": {"name": engine, **({"num_heads": args.num_heads} if engine == "specroll" else {})}},
             "algorithm": {"loss": {"name": "ppo_clip"}, "aggregation": {"mode": "token-mean"}},
             "optim": {"lr": 1e-4, "schedule": "constant"},
             "run": {"steps": total, "seed": args.seed, "out_dir": str(out_dir), "eval_every": 0, "save_every": 0,

@@ -26,8 +26,11 @@ REGENERATE = "PYTHONPATH=src python -m rlvr.catalogue > docs/catalogue.md"
 _PRESET_KEYS = {
     "advantage": "advantage", "loss": "loss", "filters": "filter", "selector": "selector",
     "shapers": "shaper", "weightings": "weighting", "optim": "optimizer", "sampler": "sampler",
-    "engine": "engine", "task": "task", "verifier": "verifier",
+    "engine": "engine", "task": "task", "verifier": "verifier", "teacher": "teacher",
 }
+# Keys that name plug-ins by bare names (not ``{name: ...}`` specs): rollout.engine, a multi-turn
+# sampler's ``env`` and LURE's ``envs``.
+_BARE_KEYS = {"engine": "engine", "env": "environment", "envs": "environment"}
 
 
 def preset_uses(folder: Path) -> dict[tuple[str, str], list[str]]:
@@ -45,8 +48,10 @@ def preset_uses(folder: Path) -> dict[tuple[str, str], list[str]]:
             if kind is not None and isinstance(node.get("name"), str):
                 note(kind, node["name"], preset)
             for k, v in node.items():
-                if k == "engine" and isinstance(v, str):  # rollout.engine is a bare name
-                    note("engine", v, preset)
+                bare = [v] if isinstance(v, str) else v if isinstance(v, list) else []
+                for name in (bare if k in _BARE_KEYS else []):
+                    if isinstance(name, str):
+                        note(_BARE_KEYS[k], name, preset)
                 walk(v, str(k), preset)
         elif isinstance(node, list):
             for v in node:

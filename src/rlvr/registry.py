@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 
 KINDS = (
     "selector", "sampler", "engine", "verifier", "shaper", "filter", "advantage",
-    "weighting", "loss", "optimizer", "task",
+    "weighting", "loss", "optimizer", "task", "teacher", "environment",
 )
 
 # Modules whose import registers the built-in plug-ins of each kind (named, not imported: the
@@ -33,6 +33,8 @@ _BUILTIN_MODULES = {
     "engine": ("rlvr.rollout.engines",),
     "weighting": ("rlvr.weighting",),
     "optimizer": ("rlvr.optim",),
+    "teacher": ("rlvr.rewards.teacher",),
+    "environment": ("rlvr.envs",),
 }
 
 

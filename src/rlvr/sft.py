@@ -21,7 +21,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.lr_schedule import SCHEDULES, lr_factor  # noqa: F401  (SCHEDULES: the names warm_start takes)
+from rlvr.lr_schedule import SCHEDULES, lr_factor, lr_schedule  # noqa: F401  (SCHEDULES, lr_factor: re-exported)
 from rlvr.models.loading import render_prompt
 from rlvr.tasks.base import Task
 from rlvr.types import Problem
@@ -45,7 +45,7 @@ def warm_start(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task:
     if steps < 1 or batch_size < 1:
         raise ValueError(f"warm_start: steps and batch_size must be >= 1, got {steps}, {batch_size}")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(schedule, warmup, steps))
+    sched = lr_schedule(opt, schedule, warmup, steps)
     was_training = model.training
     model.train()
     losses: list[float] = []

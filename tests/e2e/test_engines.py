@@ -99,7 +99,7 @@ def test_engines_are_listed_with_their_options(capsys):
 def test_engine_config_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown engine 'fast'; valid names: hf, loop, specroll, vllm, vllm_server"):
         tiny_config(str(tmp_path), ["rollout.engine=fast"])
-    with pytest.raises(ConfigError, match=r"rollout.engine_params \(loop\): unknown parameter\(s\) \['num_heads'\]"):
+    with pytest.raises(ConfigError, match=r"rollout.engine \(loop\): unknown parameter\(s\) \['num_heads'\]"):
         tiny_config(str(tmp_path), ["rollout.engine_params.num_heads=2"])
     with pytest.raises(ConfigError, match="repetition_penalty: engine 'specroll' does not support it"):
         tiny_config(str(tmp_path), ["rollout.engine=specroll", "rollout.engine_params.reflex=false",

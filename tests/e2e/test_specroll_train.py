@@ -17,7 +17,7 @@ def test_trainer_logs_specroll_metrics_and_keeps_heads(tmp_path):
     cfg = tiny_config(str(tmp_path), ["rollout.engine=specroll", "run.steps=2",
                                       "rollout.engine_params.num_heads=2", "rollout.engine_params.fit_steps=5",
                                       "rollout.engine_params.reflex_eta=0.5", "rollout.engine_params.reflex_eps=2.0"])
-    assert cfg.rollout.engine_params == params
+    assert cfg.rollout.engine.params == params and cfg.rollout.engine_params == {}  # the old spelling, folded
     trainer = Trainer(cfg)
     trainer.train()
     rows = read_metrics(tmp_path)

@@ -89,3 +89,25 @@ def test_list_text(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "advantage" in out and "grpo" in out and "ppo_clip" in out
+
+
+def test_teachers_and_environments_are_registry_kinds(capsys):
+    from rlvr.envs import Environment, build_env
+    from rlvr.rewards.teacher import OracleTeacher, build_teacher
+    from rlvr.tasks import Arithmetic
+    assert registry.names("teacher") == ["llm", "oracle"]
+    envs = {"auto_bidding", "lure_arithmetic", "python_tool", "refine_arithmetic"}
+    assert envs <= set(registry.names("environment"))
+    with pytest.raises(RegistryError, match=r"unknown environment 'refine'; valid names: auto_bidding, .*refine_arith"):
+        build_env("refine")
+    # a dotted path works for both, as for every kind; a class of another protocol is refused by name
+    assert isinstance(build_env("rlvr.envs.refine:RefineArithmetic"), Environment)
+    assert isinstance(build_teacher("rlvr.rewards.teacher:OracleTeacher", task=Arithmetic()), OracleTeacher)
+    with pytest.raises(RegistryError, match="is not an Environment subclass"):
+        build_env("rlvr.rewards.teacher:OracleTeacher")
+    with pytest.raises(RegistryError, match="is not a Teacher"):
+        build_teacher("rlvr.envs.refine:RefineArithmetic")
+    for kind, shown, absent in (("teacher", "oracle", "refine_arithmetic"), ("environment", "auto_bidding", "oracle")):
+        assert main(["list", "--kind", kind]) == 0
+        out = capsys.readouterr().out.split("\naggregation modes")[0]  # the plug-ins, before the shared tail
+        assert f"\n{kind}\n" in out and f"  {shown} " in out and absent not in out and "grpo" not in out

@@ -40,7 +40,7 @@ def test_given_values_build():
 
 @pytest.mark.parametrize("preset,path,keys", [
     ("grpo_then_es", ("optim", "params"), ["grpo_steps"]),
-    ("specroll", ("rollout", "engine_params"), ["reflex_eta", "reflex_eps"]),
+    ("specroll", ("rollout", "engine"), ["reflex_eta", "reflex_eps"]),
     ("tcpo", ("rollout", "sampler"), ["cf_samples"]),
     ("oc_grpo", ("rollout", "sampler"), ["guide_ratio"]),
     ("om_grpo", ("algorithm", "shapers", 0), ["contrast_pairs"]),

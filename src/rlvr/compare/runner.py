@@ -153,7 +153,7 @@ def config_changes(previous: dict, tree: dict, cfg: CompareConfig, seed: int) ->
     """The keys (``a.b.c``) in which a run's saved config differs from the comparison's, leaving out
     ``_IGNORED`` and a model.path that is this seed's shared warm start in either place it is kept
     (the comparison's ``warm/`` or the warm cache), wherever the comparison folder now lies."""
-    old, new = _flat(previous), _flat(tree)
+    old, new = _flat(_as_written_now(previous)), _flat(tree)
     for flat in (old, new):
         for key in _IGNORED:
             flat.pop(key, None)
@@ -161,6 +161,15 @@ def config_changes(previous: dict, tree: dict, cfg: CompareConfig, seed: int) ->
         if isinstance(path, str) and _is_warm_start(Path(path), cfg, seed):
             flat["model.path"] = "<the shared warm start>"
     return sorted(k for k in set(old) | set(new) if old.get(k, "<unset>") != new.get(k, "<unset>"))
+
+
+def _as_written_now(previous: dict) -> dict:
+    """A saved config as this version writes it, so an older spelling of the same run (a bare
+    ``rollout.engine`` name) is no change; as saved when it no longer loads."""
+    try:
+        return to_dict(_validated(previous))
+    except ConfigError:
+        return previous
 
 
 def _is_warm_start(path: Path, cfg: CompareConfig, seed: int) -> bool:

@@ -25,24 +25,22 @@ gives each row its own copy of the problem with ``problem.meta["episode"]`` = {"
 "roles", "info"}; a task that backs an environment returns :func:`episode_score` when it is present
 (the episode's reward), and verifies a single-turn completion the ordinary way otherwise (evaluation).
 
-Environments are plug-ins of their own small registry (``register_env`` / ``build_env``): a frozen
-``Config`` dataclass with ``param`` fields, like every other plug-in.
+Environments are plug-ins of the registry kind ``environment`` (``register_env`` / ``build_env``,
+listed by ``rlvr list --kind environment``): a frozen ``Config`` dataclass with ``param`` fields, like
+every other plug-in.
 """
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
 
 from rlvr.plugin import Plugin
-from rlvr.registry import RegistryError, make_config
+from rlvr.registry import RegistryError, get, make_config, names, register
 from rlvr.types import Problem, Score
 
 ROLE_POLICY = "policy"  # the default role of every turn
 EPISODE_KEY = "episode"  # Problem.meta key under which the multi_turn sampler files a row's episode
-# The package whose import registers the built-in environments: named, since it imports this module.
-_BUILTIN_MODULE = "rlvr.envs"
 
 
 class EnvError(RuntimeError):
@@ -70,36 +68,34 @@ class Environment(Plugin, ABC):
 
 
 E = TypeVar("E", bound=type)
-_ENVIRONMENTS: dict[str, type] = {}
+KIND = "environment"  # the registry kind (rlvr.registry)
 
 
 def register_env(name: str) -> Callable[[E], E]:
-    """Class decorator: put an :class:`Environment` subclass into the environment registry."""
+    """Class decorator: register an :class:`Environment` subclass as environment ``name``."""
 
     def deco(cls: E) -> E:
-        if name in _ENVIRONMENTS:
-            raise RegistryError(f"environment '{name}' is already registered (by {_ENVIRONMENTS[name].__qualname__})")
-        if not (isinstance(cls, type) and issubclass(cls, Environment)):
-            raise RegistryError(f"environment '{name}': {cls!r} is not an Environment subclass")
-        _ENVIRONMENTS[name] = cls
-        cls.registered_name = name  # type: ignore[attr-defined]
-        return cls
+        _check_environment(name, cls)
+        return register(KIND, name)(cls)
 
     return deco
 
 
 def env_names() -> list[str]:
-    """The registered environment names, sorted (importing ``rlvr.envs`` registers the built-ins)."""
-    importlib.import_module(_BUILTIN_MODULE)
-    return sorted(_ENVIRONMENTS)
+    """The registered environment names, sorted (the registry imports ``rlvr.envs``, the built-ins)."""
+    return names(KIND)
 
 
 def get_env(name: str) -> type:
-    """The environment class registered as ``name``."""
-    importlib.import_module(_BUILTIN_MODULE)
-    if name not in _ENVIRONMENTS:
-        raise RegistryError(f"unknown environment '{name}'; valid names: {', '.join(sorted(_ENVIRONMENTS)) or '(none)'}")
-    return _ENVIRONMENTS[name]
+    """The environment class registered as ``name`` (or imported from ``"pkg.module:Object"``)."""
+    cls = get(KIND, name)
+    _check_environment(name, cls)
+    return cls
+
+
+def _check_environment(name: str, cls: Any) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise RegistryError(f"environment '{name}': {cls!r} is not an Environment subclass")
 
 
 def build_env(name: str, **params: Any) -> Environment:

@@ -139,9 +139,10 @@ class LureCountdownConfig(LureEnvConfig):
 
 @register_env("lure_countdown")
 class LureCountdown(LureEnvironment):
-    """Countdown; the plan lists the numbers the solution combines (``3,7,2``). A step is right when
-    it is valid arithmetic on available numbers and the target stays reachable; the answer step is
-    right when it names the target and the target is available."""
+    """Countdown; the plan lists the numbers the solution combines (``3,7,2``).
+
+    A step is right when it is valid arithmetic on available numbers and the target stays reachable;
+    the answer step is right when it names the target and the target is available."""
 
     Config = LureCountdownConfig
     short = "countdown"

@@ -1,23 +1,44 @@
-"""The optimizer-plug-in protocol: a training loop that replaces the gradient trainer.
+"""The optimizer-plug-in protocol: every training loop is a registered ``optimizer`` plug-in.
 
-``optim.name: adamw`` keeps the gradient ``Trainer``; any other name builds the plug-in registered
-under kind ``"optimizer"`` and asks it for a trainer (``rlvr.train.run.make_trainer``).
+``optim.name`` names one (``adamw``, the gradient trainer, by default; ``es``, ``hyper_es``, ...).
+The run asks the registered class, never the name, what the loop takes: a LoRA policy
+(``takes_lora``), the gradient trainer's knobs (``gradient_knobs``), the whole RL pipeline of the
+config (``builds_pipeline``); ``trainer(cfg, ...)`` builds the loop (``rlvr.train.run.make_trainer``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from rlvr.plugin import Plugin
+from rlvr.registry import RegistryError, get
 
 
 class OptimizerPlugin(Plugin, ABC):
     """Builds a trainer with the gradient ``Trainer``'s surface: ``train(resume, eval_fn) -> dict``
-    (steps, rollouts, seconds, stopped_by), ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``."""
+    (steps, rollouts, seconds, stopped_by), ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``.
+
+    The class attributes say what the loop takes; a loop of its own on the full weights (the
+    default) takes none of them."""
+
+    takes_lora: ClassVar[bool] = False  # trains a LoRA policy (model.lora)
+    # reads the gradient trainer's knobs: run.mixed_precision, optim.mini_batches, optim.old_logprobs,
+    # model.gradient_checkpointing (rlvr.train.precision.check_supported refuses them otherwise)
+    gradient_knobs: ClassVar[bool] = False
+    builds_pipeline: ClassVar[bool] = False  # builds every RL plug-in of the config; else task + selector
 
     @abstractmethod
     def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None) -> Any:
         """The training loop for run config ``cfg`` (the policy is built from ``cfg`` when not given)."""
+
+
+def optimizer_class(name: str) -> type[OptimizerPlugin]:
+    """The optimizer plug-in class registered as ``name`` (or imported from ``"pkg.module:Object"``);
+    an unknown name is an error listing the valid ones, a class of another protocol one naming it."""
+    cls = get("optimizer", name)
+    if not (isinstance(cls, type) and issubclass(cls, OptimizerPlugin)):
+        raise RegistryError(f"optimizer '{name}': {cls!r} is not an OptimizerPlugin (rlvr.optim.base)")
+    return cls

@@ -286,6 +286,7 @@ def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
     """K short LoRA runs of the gradient trainer from ``base`` (seeds ``run.seed + 1 + k``); returns
     the dense deltas ``θ_k − θ_0`` (float64, exact) of every weight some run changed, and metrics."""
     from peft import LoraConfig, get_peft_model
+    from rlvr.optim.adamw import GRADIENT_TRAINER
     from rlvr.train.config import replace
     from rlvr.train.trainer import Trainer
     theta0 = {n: p.detach().clone() for n, p in base.named_parameters()}
@@ -295,7 +296,7 @@ def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                           target_modules=list(config.lora_targets))
         peft_model = get_peft_model(copy.deepcopy(base), lora)
-        cfg_k = replace(cfg, optim={"name": "adamw", "params": {}, "lr": lr},
+        cfg_k = replace(cfg, optim={"name": GRADIENT_TRAINER, "params": {}, "lr": lr},
                         run={"seed": cfg.run.seed + 1 + k, "out_dir": str(Path(cfg.run.out_dir) / "directions")})
         trainer = Trainer(cfg_k, model=peft_model, tokenizer=tokenizer)
         rewards = []

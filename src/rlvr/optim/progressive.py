@@ -182,9 +182,11 @@ class ProgressiveTrainer(LocalTrainer):
         elif c.rl_steps == 0:
             raise ValueError("progressive_rlvr: needs a teacher: set optim.params.teacher or rl_steps > 0")
         else:
+            from rlvr.optim.adamw import GRADIENT_TRAINER
             from rlvr.train.config import replace
             from rlvr.train.trainer import Trainer
-            cfg_t = replace(self.cfg, optim={"name": "adamw"}, run={"out_dir": str(self.run_dir / "teacher")})
+            cfg_t = replace(self.cfg, optim={"name": GRADIENT_TRAINER, "params": {}},
+                            run={"out_dir": str(self.run_dir / "teacher")})
             trainer = Trainer(cfg_t, model=copy.deepcopy(self.model), tokenizer=self.tokenizer)
             rewards = []
             for _ in range(c.rl_steps):

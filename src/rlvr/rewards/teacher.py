@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from rlvr.plugin import Plugin
-from rlvr.registry import make_config, param
+from rlvr.registry import RegistryError, get, make_config, param, register
 from rlvr.types import BatchError, Problem
 
 STAT_KEYS = ("calls", "mistake", "no_mistake", "unparsable", "timeout", "error")
@@ -49,6 +49,7 @@ class Teacher(Plugin, ABC):
     """Finds the first wrong step of a completion. ``stats`` counts the verdicts (and fallbacks)."""
 
     Config: ClassVar[type] = TeacherConfig
+    needs_task: ClassVar[bool] = False  # built as cls(task, config) (the task is the oracle), else cls(config)
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
@@ -75,8 +76,11 @@ class Teacher(Plugin, ABC):
 
 # --- the exact oracle --------------------------------------------------------------------------
 
+@register("teacher", "oracle")
 class OracleTeacher(Teacher):
     """The task's own step checker (``task.check_steps``): an exact first-mistake oracle."""
+
+    needs_task = True
 
     def __init__(self, task: Any, config: TeacherConfig | None = None) -> None:
         super().__init__(config)
@@ -226,6 +230,7 @@ class TeacherTimeout(Exception):
     """The teacher did not answer in time (internal: turned into the fallback)."""
 
 
+@register("teacher", "llm")
 class LLMTeacher(Teacher):
     """Asks a language model for the first wrong step; falls back to None (counted) on any failure.
 
@@ -320,20 +325,18 @@ def parse_verdict(reply: str, num_steps: int) -> tuple[str, int | None]:
 
 # --- building and token mapping ----------------------------------------------------------------
 
-TEACHERS: dict[str, type[Teacher]] = {"oracle": OracleTeacher, "llm": LLMTeacher}
-
-
 def build_teacher(name: str, params: dict[str, Any] | None = None, task: Any = None) -> Teacher:
-    """A teacher from a config spec ``{name: oracle | llm, ...params}``; ``task`` is needed by 'oracle'."""
-    if name not in TEACHERS:
-        raise ValueError(f"unknown teacher '{name}'; valid: {', '.join(TEACHERS)}")
-    cls = TEACHERS[name]
+    """A teacher from a config spec ``{name, params}``: a registered name (``rlvr list --kind teacher``:
+    oracle, llm) or ``"pkg.module:Object"``; ``task`` is needed by a teacher whose ``needs_task`` is set."""
+    cls = get("teacher", name)
+    if not (isinstance(cls, type) and issubclass(cls, Teacher)):
+        raise RegistryError(f"teacher '{name}': {cls!r} is not a Teacher (rlvr.rewards.teacher)")
     config = make_config(cls.Config, dict(params or {}), where=f"teacher '{name}'")
-    if cls is OracleTeacher:
-        if task is None:
-            raise ValueError("teacher 'oracle' needs the task (its check_steps is the oracle)")
-        return OracleTeacher(task, config)
-    return cls(config)
+    if not cls.needs_task:
+        return cls(config)
+    if task is None:
+        raise ValueError(f"teacher '{name}' needs the task (its check_steps is the oracle)")
+    return cls(task, config)
 
 
 def first_mistake_tokens(teacher: Teacher, problems: list[Problem], texts: list[str], tokenizer: Any,

@@ -105,13 +105,18 @@ class RolloutConfig:
                                         "start (RLIMIT_AS): a call past it scores 0 with the reason and the pool "
                                         "carries on; 0 = no limit (needed by reward functions that use CUDA, "
                                         "which reserves far more address space)")
-    engine: str = param("loop", "generation engine (rlvr list --kind engine): loop | hf | specroll | vllm | vllm_server | "
-                                "'pkg.module:MyEngine'")
-    engine_params: dict = param({}, "options of the engine (its Config; rlvr list --kind engine)")
+    engine: PluginSpec = param(PluginSpec("loop"), "generation engine and its options (rlvr list --kind engine): "
+                                                   "loop | hf | specroll | vllm | vllm_server | "
+                                                   "'pkg.module:MyEngine', e.g. {name: specroll, num_heads: 3}")
+    engine_params: dict = param({}, "deprecated spelling of the engine's options beside a bare engine name; "
+                                    "they are moved into rollout.engine (empty once the config is built)")
 
     def __post_init__(self) -> None:
+        if self.engine_params:
+            object.__setattr__(self, "engine", _fold_engine_params(self.engine, self.engine_params))
+            object.__setattr__(self, "engine_params", {})
         from rlvr.rollout.engines.base import check_engine  # lazy: the config module stays free of torch at import
-        check_engine(self.engine, self.engine_params, self.repetition_penalty)
+        check_engine(self.engine.name, self.engine.params, self.repetition_penalty)
         if self.group_size < 1 or self.prompts_per_step < 1:
             raise ValueError(f"rollout.group_size and rollout.prompts_per_step must be >= 1, "
                              f"got {self.group_size}, {self.prompts_per_step}")
@@ -125,6 +130,19 @@ class RolloutConfig:
                              f"count, got {self.verify_workers}")
         if self.verify_memory_mb < 0:
             raise ValueError(f"rollout.verify_memory_mb must be >= 0 (0 = no limit), got {self.verify_memory_mb}")
+
+
+def _fold_engine_params(engine: PluginSpec, params: dict) -> PluginSpec:
+    """The old spelling (``engine: specroll`` + ``engine_params: {num_heads: 3}``) as one spec, with a
+    deprecation notice; an option given both ways with two values is an error naming it."""
+    clash = sorted(k for k in set(params) & set(engine.params) if params[k] != engine.params[k])
+    if clash:
+        raise ValueError(f"rollout.engine_params.{clash[0]}={params[clash[0]]!r} and rollout.engine.{clash[0]}="
+                         f"{engine.params[clash[0]]!r}: set the engine's options in rollout.engine only")
+    from rlvr.notice import notice
+    notice(f"rollout.engine_params is deprecated: write the options inside rollout.engine, as "
+           f"engine: {{name: {engine.name}, {', '.join(f'{k}: {v}' for k, v in params.items())}}}")
+    return PluginSpec(engine.name, {**engine.params, **params})
 
 
 @dataclass(frozen=True)
@@ -153,8 +171,8 @@ class AlgorithmConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    name: str = param("adamw", "'adamw' (the gradient trainer) or a registered optimizer plug-in that "
-                               "brings its own training loop (rlvr list optimizer; e.g. es)")
+    name: str = param("adamw", "the training loop, a registered optimizer plug-in (rlvr list --kind optimizer): "
+                               "'adamw' (the gradient trainer) or one with its own loop (e.g. es)")
     params: dict = param({}, "hyperparameters of the optimizer plug-in named by `name`")
     lr: float = param(1e-4, "AdamW learning rate (0: a frozen control run; everything runs, nothing is updated)")
     betas: tuple = param((0.9, 0.999), "AdamW betas")
@@ -189,6 +207,16 @@ class OptimConfig:
                              f"{self.ppo_epochs}")
         if self.old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"optim.old_logprobs must be recompute | rollout, got '{self.old_logprobs}'")
+
+    def plugin_class(self) -> type:
+        """The optimizer plug-in class registered as ``name`` (``rlvr.optim.base.OptimizerPlugin``), which
+        the run asks what its loop takes; an unknown name is a ConfigError listing the valid ones."""
+        from rlvr.optim.base import optimizer_class
+        from rlvr.registry import RegistryError
+        try:
+            return optimizer_class(self.name)
+        except RegistryError as err:
+            raise ConfigError(f"optim.name: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -279,7 +307,7 @@ class Config:
 
     def __post_init__(self) -> None:
         check_ranges(self)  # numeric ranges: one line naming the key
-        if self.model.lora is not None and self.optim.name != "adamw":
+        if self.model.lora is not None and not self.optim.plugin_class().takes_lora:
             raise ValueError(f"model.lora: optimizer '{self.optim.name}' runs its own training loop on the full "
                              f"weights and does not take a LoRA policy; remove model.lora or use optim.name=adamw")
 
@@ -344,11 +372,14 @@ def parse_override(item: str) -> dict:
 
 
 def merge(a: dict, b: dict) -> dict:
-    """Recursive dict merge, ``b`` wins; plug-in ``params`` merge key by key too."""
+    """Recursive dict merge, ``b`` wins; plug-in ``params`` merge key by key too, and options given to a
+    plug-in named by a bare string (``engine: specroll`` then ``engine.num_heads=2``) keep its name."""
     out = dict(a)
     for key, value in b.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
+        elif isinstance(value, dict) and isinstance(out.get(key), str) and "name" not in value:
+            out[key] = {"name": out[key], **value}
         else:
             out[key] = value
     return out

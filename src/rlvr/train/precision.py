@@ -97,8 +97,9 @@ def warn_half_updates(params: list[torch.Tensor]) -> None:
 
 
 def check_supported(cfg: Config) -> None:
-    """Optimizer plug-ins with their own loop (ES, Hyper-ES, …) take none of the gradient trainer's knobs."""
-    if cfg.optim.name == "adamw":
+    """Optimizer plug-ins with their own loop (ES, Hyper-ES, …) take none of the gradient trainer's knobs
+    (``OptimizerPlugin.gradient_knobs``)."""
+    if cfg.optim.plugin_class().gradient_knobs:
         return
     o = cfg.optim
     set_knobs = [k for k, on in (("run.mixed_precision", cfg.run.mixed_precision != "no"),

@@ -13,7 +13,7 @@ from rlvr.train.build import build_task
 from rlvr.train.config import Config
 from rlvr.train.run_dir import claim_run_dir
 from rlvr.train.sharding import evaluates_here, lockstep_of
-from rlvr.train.trainer import Trainer, write_summary
+from rlvr.train.trainer import write_summary
 from rlvr.train.validate import validate_run
 from rlvr.train.warm_start import warm_start_model
 
@@ -48,14 +48,12 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
 
 def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  callbacks: list | None = None) -> Any:
-    """The gradient ``Trainer`` for ``optim.name: adamw``; otherwise the registered optimizer plug-in's
-    own trainer (``plugin.trainer(cfg, model=..., tokenizer=...)``), which offers the same surface:
-    ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``. ``callbacks``
-    (rlvr.train.callbacks) join those named in ``run.callbacks``."""
+    """The training loop of the optimizer plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
+    tokenizer=...)``): the gradient ``Trainer`` for ``adamw``, a loop of its own for ES and friends, each
+    with the same surface: ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and
+    ``acc``. ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them."""
     from rlvr.train.precision import check_supported
     check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
-    if cfg.optim.name == "adamw":
-        return Trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks)
     from rlvr.train.build import build_plugin
     from rlvr.train.config import PluginSpec
     plugin = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))

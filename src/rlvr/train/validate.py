@@ -16,10 +16,10 @@ def validate_run(cfg: Any, writes: bool = True) -> None:
     run folder writable (other ranks, e.g. on other nodes, create nothing there)."""
     from rlvr.train.build import build_pipeline, build_plugin, build_task
     from rlvr.train.config import PluginSpec
-    if cfg.optim.name == "adamw":
+    optimizer = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
+    if optimizer.builds_pipeline:  # the gradient trainer: every RL plug-in of the config
         build_pipeline(cfg)
-    else:  # an optimizer plug-in brings its own loop; it reads the task and the selector
-        build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
+    else:  # a loop of its own reads the task and the selector
         build_task(cfg)
         build_plugin("selector", cfg.algorithm.selector)
     if writes:

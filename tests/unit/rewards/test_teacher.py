@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rlvr.models import build_char_tokenizer, build_tiny_model
+from rlvr.registry import RegistryError
 from rlvr.rewards.teacher import (LLMTeacher, LLMTeacherConfig, OracleTeacher, Teacher, _token_of_step,
                                   build_teacher, chat_url, first_mistake_tokens, parse_verdict)
 from rlvr.tasks import Arithmetic
@@ -42,7 +43,7 @@ def test_oracle_needs_a_task_with_a_step_checker():
         OracleTeacher(NoSteps())
     with pytest.raises(ValueError, match="needs the task"):
         build_teacher("oracle", {})
-    with pytest.raises(ValueError, match="unknown teacher"):
+    with pytest.raises(RegistryError, match="unknown teacher 'sage'; valid names: llm, oracle"):
         build_teacher("sage", {})
     with pytest.raises(KeyError, match="unknown parameter"):
         build_teacher("oracle", {"separator": ";"}, task=Arithmetic())

@@ -156,7 +156,7 @@ def test_config_validation_without_vllm(tmp_path):
         VLLMConfig(sync="sometimes")
     from tests.helpers.tiny import tiny_config
     cfg = tiny_config(str(tmp_path), ["rollout.engine=vllm", "rollout.engine_params.gpu_memory_utilization=0.2"])
-    assert cfg.rollout.engine == "vllm"  # selecting it needs no vLLM import until generation
+    assert cfg.rollout.engine.name == "vllm"  # selecting it needs no vLLM import until generation
 
 
 def test_generation_without_vllm_is_a_clear_error():

@@ -141,7 +141,7 @@ def test_listed_with_its_options_and_config_checked(tmp_path, capsys):
     with pytest.raises(ValueError, match="max_concurrency >= 1"):
         VLLMServerConfig(max_concurrency=0)
     cfg = tiny_config(str(tmp_path), ["rollout.engine=vllm_server", "rollout.engine_params.base_url=http://h:1"])
-    assert cfg.rollout.engine_params["base_url"] == "http://h:1"  # no server is contacted at config time
+    assert cfg.rollout.engine.params["base_url"] == "http://h:1"  # no server is contacted at config time
 
 
 def test_weight_chunks_round_trip_with_tied_embeddings(policy):

@@ -93,15 +93,15 @@ def engine_class(name: str) -> type:
 
 
 def engine_config(name: str, params: dict | None) -> Any:
-    """The engine's Config from ``rollout.engine_params`` (unknown keys are a ValueError)."""
+    """The engine's Config from the options of ``rollout.engine`` (unknown keys are a ValueError)."""
     try:
-        return make_config(engine_class(name).Config, dict(params or {}), where=f"rollout.engine_params ({name})")
+        return make_config(engine_class(name).Config, dict(params or {}), where=f"rollout.engine ({name})")
     except RegistryError as err:
         raise ValueError(str(err)) from None
 
 
 def check_engine(name: str, params: dict | None, repetition_penalty: float = 1.0) -> None:
-    """Fail fast (at config time) on an unknown engine, invalid ``engine_params`` or a sampling
+    """Fail fast (at config time) on an unknown engine, invalid options (``params``) or a sampling
     option the engine does not support."""
     engine_config(name, params)
     if repetition_penalty != 1.0 and not engine_class(name).supports_repetition_penalty:

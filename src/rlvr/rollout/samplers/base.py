@@ -97,7 +97,10 @@ def engine_kwargs(rollout: Any) -> dict[str, Any]:
     """The engine, its options, the micro-batch size and the sampling knobs beyond temperature /
     top-p / top-k of the run's RolloutConfig, for ``generate`` / ``generate_ids`` (defaults for
     configs that predate them)."""
-    return {"engine": getattr(rollout, "engine", "loop"), "engine_params": getattr(rollout, "engine_params", None),
+    engine = getattr(rollout, "engine", "loop")  # RolloutConfig's {name, params} spec, or a bare name
+    name, params = (engine, getattr(rollout, "engine_params", None)) if isinstance(engine, str) else (
+        engine.name, engine.params)
+    return {"engine": name, "engine_params": params,
             "micro_batch_size": getattr(rollout, "micro_batch_size", 0), "min_p": getattr(rollout, "min_p", 0.0),
             "repetition_penalty": getattr(rollout, "repetition_penalty", 1.0)}
 

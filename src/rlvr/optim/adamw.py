@@ -1,0 +1,35 @@
+"""The gradient trainer as an optimizer plug-in: ``optim.name: adamw`` (the default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlvr.optim.base import OptimizerPlugin
+from rlvr.plugin import NoConfig
+from rlvr.registry import register
+from rlvr.train.trainer import Trainer
+
+GRADIENT_TRAINER = "adamw"  # its registered name, for the loops that run gradient steps inside their own
+
+
+@register("optimizer", GRADIENT_TRAINER)
+class AdamW(OptimizerPlugin):
+    """The gradient RL trainer: sample, verify, advantages, policy loss, AdamW steps (rlvr.train.trainer).
+
+    Its hyperparameters are the ``optim`` section itself (``lr``, ``betas``, ``weight_decay``,
+    ``grad_clip``, ``schedule``, ``warmup_steps``, ``ppo_epochs``, ``mini_batches``, ...), so
+    ``optim.params`` stays empty. It is the one loop that trains a LoRA policy (``model.lora``),
+    reads the gradient knobs (mixed precision, mini-batches, behaviour log-probs, gradient
+    checkpointing) and builds every RL plug-in the config names (sampler, verifier, advantage, loss,
+    shapers, filters, weightings, selector).
+    """
+
+    Config = NoConfig
+    takes_lora = True
+    gradient_knobs = True
+    builds_pipeline = True
+
+    def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None) -> Any:
+        return Trainer(cfg, model=model, tokenizer=tokenizer)

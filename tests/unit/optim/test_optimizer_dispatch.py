@@ -1,0 +1,112 @@
+"""One dispatch path for the training loop: ``optim.name`` names a registered optimizer plug-in, and
+every place that used to compare it with "adamw" (the LoRA check of the config, the gradient-knob
+check, validation, ``make_trainer``) asks the plug-in class. The loops below declare the opposite
+traits of the built-ins, so each check is seen to follow the declaration, not the name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rlvr.optim.adamw import GRADIENT_TRAINER, AdamW
+from rlvr.optim.base import OptimizerPlugin, optimizer_class
+from rlvr.registry import RegistryError, names
+from rlvr.train.callbacks import run_callbacks
+from rlvr.train.config import ConfigError
+from rlvr.train.precision import check_supported
+from rlvr.train.run import make_trainer
+from rlvr.train.trainer import Trainer
+from rlvr.train.validate import validate_run
+from tests.helpers.tiny import tiny_config
+
+HERE = "tests.unit.optim.test_optimizer_dispatch"
+TRAITS = ("takes_lora", "gradient_knobs", "builds_pipeline")
+
+
+class RecordingLoop:
+    """What a plug-in's ``trainer`` returns here: the config it was built for and the run's callbacks."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.callbacks = run_callbacks(cfg)
+
+
+class LoraLoop(OptimizerPlugin):
+    """A loop of its own that trains a LoRA policy and reads the gradient knobs (test fixture)."""
+
+    takes_lora = True
+    gradient_knobs = True
+
+    def trainer(self, cfg: Any, *, model: Any = None, tokenizer: Any = None) -> RecordingLoop:
+        return RecordingLoop(cfg)
+
+
+class OwnLoop(OptimizerPlugin):
+    """A loop of its own with every trait off, like es (test fixture)."""
+
+    def trainer(self, cfg: Any, *, model: Any = None, tokenizer: Any = None) -> RecordingLoop:
+        return RecordingLoop(cfg)
+
+
+class NotALoop:
+    """A class that is not an OptimizerPlugin (test fixture)."""
+
+
+class StepEnd:
+    def on_step_end(self, trainer: Any, step: int, metrics: dict) -> None:
+        pass
+
+
+def test_adamw_is_the_registered_gradient_trainer_and_the_own_loops_take_none_of_its_traits():
+    assert GRADIENT_TRAINER == "adamw" and optimizer_class("adamw") is AdamW
+    assert {"adamw", "es", "grpo_then_es", "hyper_es", "lure", "progressive_rlvr"} <= set(names("optimizer"))
+    for name in names("optimizer"):
+        cls = optimizer_class(name)
+        assert issubclass(cls, OptimizerPlugin), name
+        expected = name == GRADIENT_TRAINER  # the behaviour before: only adamw had the gradient trainer's traits
+        assert [getattr(cls, t) for t in TRAITS] == [expected] * len(TRAITS), name
+
+
+def test_unknown_or_foreign_optimizer_is_a_one_line_error_listing_the_valid_names(tmp_path):
+    with pytest.raises(ConfigError, match=r"optim.name: unknown optimizer 'adam'; valid names: adamw, es, ") as err:
+        check_supported(tiny_config(tmp_path, ["optim.name=adam"]))
+    assert "\n" not in str(err.value)
+    with pytest.raises(RegistryError, match="is not an OptimizerPlugin"):
+        optimizer_class(f"{HERE}:NotALoop")
+
+
+def test_a_lora_policy_is_accepted_by_the_loops_that_declare_takes_lora(tmp_path):
+    lora = ["model.lora.r=2"]
+    assert tiny_config(tmp_path, lora).model.lora.r == 2  # adamw
+    assert tiny_config(tmp_path, [*lora, f"optim.name={HERE}:LoraLoop"]).optim.name.endswith("LoraLoop")
+    for name in ("es", f"{HERE}:OwnLoop"):
+        with pytest.raises(ConfigError, match=f"optimizer '{name}' .*does not take a LoRA policy"):
+            tiny_config(tmp_path, [*lora, f"optim.name={name}"])
+
+
+def test_the_gradient_knobs_are_refused_by_the_loops_that_do_not_declare_them(tmp_path):
+    knobs = ["run.mixed_precision=bf16", "optim.mini_batches=2"]
+    check_supported(tiny_config(tmp_path, knobs))  # adamw
+    check_supported(tiny_config(tmp_path, [*knobs, f"optim.name={HERE}:LoraLoop"]))
+    with pytest.raises(ConfigError, match="OwnLoop trains with its own loop, which does not use "
+                                          "run.mixed_precision, optim.mini_batches"):
+        check_supported(tiny_config(tmp_path, [*knobs, f"optim.name={HERE}:OwnLoop"]))
+
+
+def test_validation_builds_the_whole_pipeline_only_for_a_loop_that_builds_it(tmp_path):
+    bad_sampler = ["rollout.sampler.name=no_such_sampler"]
+    with pytest.raises(ConfigError, match="sampler 'no_such_sampler'"):
+        validate_run(tiny_config(tmp_path, bad_sampler), writes=False)  # adamw reads rollout.sampler
+    validate_run(tiny_config(tmp_path, [*bad_sampler, f"optim.name={HERE}:OwnLoop"]), writes=False)
+    with pytest.raises(ConfigError, match="optimizer 'adamw': .*unknown parameter"):
+        validate_run(tiny_config(tmp_path, ["optim.params.sigma=0.1"]), writes=False)  # adamw has no params
+
+
+def test_make_trainer_builds_the_loop_of_the_named_plugin_with_the_callbacks_after_the_configs(tmp_path):
+    first, second = StepEnd(), StepEnd()
+    loop = make_trainer(tiny_config(tmp_path, [f"optim.name={HERE}:OwnLoop"]), callbacks=[first, second])
+    assert isinstance(loop, RecordingLoop) and loop.cfg.optim.name == f"{HERE}:OwnLoop"
+    assert loop.callbacks.items == [first, second]
+    trainer = make_trainer(tiny_config(tmp_path), callbacks=[first])
+    assert type(trainer) is Trainer and trainer.callbacks.items == [first]
