@@ -157,6 +157,8 @@ def config_changes(previous: dict, tree: dict, cfg: CompareConfig, seed: int) ->
     for flat in (old, new):
         for key in _IGNORED:
             flat.pop(key, None)
+        if flat.get("run.rl_seed") is None:  # unset = the run's seed, as in configs saved before rl_seed
+            flat.pop("run.rl_seed", None)
         path = flat.get("model.path")
         if isinstance(path, str) and _is_warm_start(Path(path), cfg, seed):
             flat["model.path"] = "<the shared warm start>"
@@ -237,9 +239,14 @@ def _launch(args: list[str], log: Path, progress: bool, label: str) -> int:
 
 
 def _record(cfg: CompareConfig, method: Method, seed: int) -> dict[str, Any]:
+    """The plan's entry of one run: ``seed`` is the warm start's (and the held-out problems'), ``rl_seed``
+    the RL loop's, ``role`` what the run is for (method, baseline or a control)."""
     run_dir = cfg.out_dir / "runs" / method.name / f"seed{seed}"
     status = "done" if (run_dir / "summary.json").exists() else "missing"
-    return {"method": method.name, "seed": seed, "run_dir": str(run_dir), "status": status}
+    rl_seed = seed if method.rl_seed_offset is None else seed + method.rl_seed_offset
+    role = "baseline" if method.name == (cfg.baseline or cfg.methods[0].name) else method.role
+    return {"method": method.name, "seed": seed, "rl_seed": rl_seed, "role": role, "run_dir": str(run_dir),
+            "status": status}
 
 
 def _tail(path: Path, lines: int = 15) -> str:
