@@ -142,7 +142,9 @@ def _claim_table(rows: list[dict]) -> list[str]:
     lines = ["## The claims", "",
              "Δ: mean paired difference (method − baseline; for *versus warm start*: the method's own gain) in "
              "the metric's units ± 95 % t half-width; p: paired t; Holm: the adjusted p; flip: the sign-flip p "
-             "(and its floor). Lower is better for seconds, Brier and ECE.", "",
+             "(and its floor). Lower is better for seconds, Brier and ECE. *subset X*: the claim is about those "
+             "problems; its gate needs the metric on them to be above 0 in some run (the test is on the whole-set "
+             "metric). Where a gate failed, *why* adds in parentheses what the paired test alone gives.", "",
              "| method | paper's claim | family · metric · direction | Δ (n) | p · Holm · flip (floor) | verdict | why |",
              "|---|---|---|---|---|---|---|"]
     for row in sorted(rows, key=lambda r: _section_key(r["claim"].section)):

@@ -210,7 +210,10 @@ def judge(families: list[Family], alpha: float = ALPHA) -> list[dict[str, Any]]:
 def decide(row: dict[str, Any]) -> tuple[str, str]:
     """(verdict kind, the reason in one line) from a row's gates, Holm outcome and sign-flip test."""
     if row["gates"]:
-        return "not testable here", "; ".join(row["gates"])
+        if row["holm"] is None:
+            return "not testable here", "; ".join(row["gates"])
+        alone, why = decide({**row, "gates": []})
+        return "not testable here", "; ".join(row["gates"]) + f" (the paired test alone: {alone}, {why})"
     holm_row, flip = row["holm"], row["flip"]
     if not holm_row["rejected"]:
         return "not reproduced", f"Holm-adjusted p = {holm_row['p_holm']:.3g} > α"
