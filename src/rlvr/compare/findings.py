@@ -44,9 +44,12 @@ def load_families(root: Path) -> list[Family]:
         metrics = root / "docs" / "results" / path.stem / "run_metrics.json"
         rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] \
             if metrics.exists() else []
-        families.append(Family(name=path.stem, baseline=baseline, claims=claims, roles=roles,
-                               records=json.loads(results.read_text())["runs"], run_metrics=rows,
-                               seeds=tuple(cfg.seeds)))
+        records = json.loads(results.read_text())["runs"]
+        clash = sorted({r["method"] for r in records if r.get("role") not in (None, roles.get(r["method"]))})
+        if clash:
+            raise ConfigError(f"{results}: the role recorded for {clash} differs from {path}'s; re-run the family")
+        families.append(Family(name=path.stem, baseline=baseline, claims=claims, roles=roles, records=records,
+                               run_metrics=rows, seeds=tuple(cfg.seeds)))
     return families
 
 
