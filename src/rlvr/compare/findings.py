@@ -121,24 +121,34 @@ def _head(m: int, alpha: float) -> list[str]:
         f"α/m = {alpha / max(1, m):.2g} (the strictest Holm step); and the seeds a 3-point MDE at α/m needs.", ""]
 
 
+FAMILY_HEAD = ("| family · comparison file · table | baseline | seeds | baseline gain (greedy) | controls | "
+               "claim metric: SD of paired Δ, MDE at α = {alpha:g}, MDE at α/m, seeds for MDE ≤ 0.03 at α/m "
+               "| verdicts |")
+CLAIM_HEAD = ("| method | paper's claim | family · metric · direction | Δ (n) | p · Holm · flip (floor) | verdict "
+              "| why |")
+
+
 def _family_table(families: list[Family], rows: list[dict], m: int, alpha: float) -> list[str]:
-    lines = ["## Families: baseline gain, power and verdict counts", "",
-             "| family · comparison file · table | baseline | seeds | baseline gain (greedy) | controls | claim metric: SD of paired Δ, "
-             f"MDE at α = {alpha:g}, MDE at α/m, seeds for MDE ≤ 0.03 at α/m | verdicts |", "|---|---|---:|---|---|---|---|"]
-    for family in families:
-        gain = baseline_gain(family)
-        gain_text = "—" if gain["interval"] is None else \
-            f"{gain['mean']:+.3f} [{gain['interval'][0]:+.3f}, {gain['interval'][1]:+.3f}] (n = {gain['n']})"
-        controls = ", ".join(f"{c} ({family.roles[c].replace('_', ' ')})" for c in family.roles
-                             if family.roles[c].endswith("control")) or "none"
-        power = "; ".join(f"{p['metric']}: {_num(p['sd'])}, {_num(p['mde'])}, {_num(p['mde_corrected'])}, "
-                          f"{p['seeds_3pt'] if p['seeds_3pt'] is not None else '—'}" for p in family_power(family, m, alpha))
-        counts = {k: sum(r["verdict"] == k for r in rows if r["family"] is family) for k in KINDS}
-        lines.append(f"| {family.name} · `configs/compare/{family.name}.yaml` · "
-                     f"[docs/results/{family.name}/results.md](results/{family.name}/results.md) | {family.baseline} | {len(family.seeds)} | {gain_text} | {controls} | "
-                     f"{power or '—'} | " + ", ".join(f"{k}: {v}" for k, v in counts.items() if v) + " |")
+    lines = ["## Families: baseline gain, power and verdict counts", "", FAMILY_HEAD.format(alpha=alpha),
+             "|---|---|---:|---|---|---|---|"]
+    lines += [_family_row(family, [r for r in rows if r["family"] is family], m, alpha) for family in families]
     totals = {k: sum(r["verdict"] == k for r in rows) for k in KINDS}
     return lines + ["", "All claims: " + ", ".join(f"{k} {v}" for k, v in totals.items()) + ".", ""]
+
+
+def _family_row(family: Family, rows: list[dict], m: int, alpha: float) -> str:
+    gain = baseline_gain(family)
+    gain_text = "—" if gain["interval"] is None else \
+        f"{gain['mean']:+.3f} [{gain['interval'][0]:+.3f}, {gain['interval'][1]:+.3f}] (n = {gain['n']})"
+    controls = ", ".join(f"{c} ({role.replace('_', ' ')})" for c, role in family.roles.items()
+                         if role.endswith("control")) or "none"
+    power = "; ".join(f"{p['metric']}: {_num(p['sd'])}, {_num(p['mde'])}, {_num(p['mde_corrected'])}, "
+                      f"{'—' if p['seeds_3pt'] is None else p['seeds_3pt']}" for p in family_power(family, m, alpha))
+    counts = ", ".join(f"{k}: {n}" for k in KINDS if (n := sum(r["verdict"] == k for r in rows)))
+    files = (f"{family.name} · `configs/compare/{family.name}.yaml` · "
+             f"[docs/results/{family.name}/results.md](results/{family.name}/results.md)")
+    return (f"| {files} | {family.baseline} | {len(family.seeds)} | {gain_text} | {controls} | {power or '—'} "
+            f"| {counts} |")
 
 
 def _claim_table(rows: list[dict]) -> list[str]:
@@ -148,22 +158,22 @@ def _claim_table(rows: list[dict]) -> list[str]:
              "(and its floor). Lower is better for seconds, Brier and ECE. *subset X*: the claim is about those "
              "problems; its gate needs the metric on them to be above 0 in some run (the test is on the whole-set "
              "metric). Where a gate failed, *why* adds in parentheses what the paired test alone gives.", "",
-             "| method | paper's claim | family · metric · direction | Δ (n) | p · Holm · flip (floor) | verdict | why |",
-             "|---|---|---|---|---|---|---|"]
-    for row in sorted(rows, key=lambda r: _section_key(r["claim"].section)):
-        claim, test, flip, family = row["claim"], row["test"], row["flip"], row["family"]
-        sign = oriented(claim.metric)
-        versus = "its warm start" if claim.versus == "warm_start" else family.baseline
-        direction = claim.direction.replace("_", " ") + (f" (margin {row['margin']:.3f})" if row["margin"] else "")
-        delta = "—" if test["mean"] is None else f"{sign * test['mean']:+.3f}" + \
-            ("" if not test["sd"] else f" ± {_half(test):.3f}") + f" (n = {test['n']})"
-        stats = "—" if test["p"] is None else f"{test['p']:.3g} · {row['holm']['p_holm']:.3g} · " \
-            f"{flip['p']:.3g} ({flip['floor']:.3g})"
-        subset = f", subset {claim.subset}" if claim.subset else ""
-        note = f" {claim.note}" if claim.note else ""
-        lines.append(f"| {claim.section} {claim.title} | {claim.paper} | {family.name} · {claim.metric}{subset} "
-                     f"vs {versus} · {direction} | {delta} | {stats} | *{row['verdict']}* | {row['why']}.{note} |")
-    return lines + [""]
+             CLAIM_HEAD, "|---|---|---|---|---|---|---|"]
+    return lines + [_claim_row(row) for row in sorted(rows, key=lambda r: _section_key(r["claim"].section))] + [""]
+
+
+def _claim_row(row: dict) -> str:
+    claim, test, flip, family = row["claim"], row["test"], row["flip"], row["family"]
+    versus = "its warm start" if claim.versus == "warm_start" else family.baseline
+    direction = claim.direction.replace("_", " ") + (f" (margin {row['margin']:.3f})" if row["margin"] else "")
+    delta = "—" if test["mean"] is None else f"{oriented(claim.metric) * test['mean']:+.3f}" + \
+        ("" if not test["sd"] else f" ± {_half(test):.3f}") + f" (n = {test['n']})"
+    stats = "—" if test["p"] is None else \
+        f"{test['p']:.3g} · {row['holm']['p_holm']:.3g} · {flip['p']:.3g} ({flip['floor']:.3g})"
+    subset = f", subset {claim.subset}" if claim.subset else ""
+    note = f" {claim.note}" if claim.note else ""
+    return (f"| {claim.section} {claim.title} | {claim.paper} | {family.name} · {claim.metric}{subset} vs {versus} · "
+            f"{direction} | {delta} | {stats} | *{row['verdict']}* | {row['why']}.{note} |")
 
 
 def _untested_lines(claims: list[Claim]) -> list[str]:

@@ -14,8 +14,7 @@ from rlvr.compare.claims import Claim, Mechanism
 from rlvr.compare.stats import T_975
 from rlvr.compare.tdist import t_cdf, t_ppf
 from rlvr.compare.verdict_tests import claim_p, holm, mde, one_sided_flip_p, pooled_sd, seeds_for, sign_flip_claim
-from rlvr.compare.verdicts import decide, gates, judge, margin_of
-from rlvr.compare.verdicts import Family
+from rlvr.compare.verdicts import Family, decide, gates, judge, margin_of
 
 SEEDS = list(range(10))
 BEFORE = 0.30
@@ -29,7 +28,8 @@ def _shift(delta: float, values=BASE) -> list[float]:
 
 def _records(method: str, after: list[float], before: float = BEFORE, **extra) -> list[dict]:
     return [{"method": method, "seed": s, "status": "done", "accuracy_before": before, "accuracy_after": a,
-             "accuracy_gain": a - before, **{k: v[i] for k, v in extra.items()}} for i, (s, a) in enumerate(zip(SEEDS, after))]
+             "accuracy_gain": a - before, **{k: v[i] for k, v in extra.items()}}
+            for i, (s, a) in enumerate(zip(SEEDS, after))]
 
 
 def _claim(method: str, direction: str = "better", **kw) -> Claim:
