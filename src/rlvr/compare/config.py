@@ -7,13 +7,18 @@ methods:
   grpo: {preset: grpo}
   dapo: {preset: dapo, overrides: ["algorithm.loss.eps_high=0.3"]}
   grpo_rl: {preset: grpo, role: negative_control, rl_seed_offset: 1000}  # another RL seed, same warm start
-seeds: [0, 1, 2, 3, 4]        # default: 0-4
+seeds: [0, 1, 2, 3, 4]        # default: 0-9 (DEFAULT_SEEDS)
 baseline: grpo                # every other method is paired against it seed by seed (default: the first)
 budget: {steps: 300}          # or {rollouts: 19200} or {seconds: 120}
 shared_warm_start: true       # one warm start per seed, the same starting model for every method
 warm_cache: runs/compare/warm # optional: warm starts kept here, keyed by what they depend on, and reused
                               # by every comparison file whose model, task and warm start agree
 ```
+
+Held-out evaluation: ``base.run.eval_problems`` (after ``base_config``) defaults to
+``DEFAULT_EVAL_PROBLEMS`` = 1,000 problems per run in a comparison (``rlvr train``'s own default stays 200):
+at 100 problems one problem is a whole point of accuracy, so evaluation noise swamps the effects a
+comparison looks for. Files that set the count keep it.
 
 A method may also pre-register its ``claim`` (metric, direction, margin, subset, mechanism; see
 ``rlvr.compare.claims``), which ``rlvr findings`` judges from the committed results.
@@ -33,7 +38,8 @@ from rlvr.train.config import Config, ConfigError, load_config, merge, parse_ove
 
 BUDGET_KINDS = ("steps", "rollouts", "seconds")
 METHOD_KEYS = {"preset", "overrides", "role", "claim", "rl_seed_offset"}
-DEFAULT_SEEDS = [0, 1, 2, 3, 4]
+DEFAULT_SEEDS = list(range(10))  # 5 seeds cannot reject (sign-flip floor 2/32) and detect only ~4-9 points
+DEFAULT_EVAL_PROBLEMS = 1000  # held-out problems per run when the file does not say
 _UNLIMITED_STEPS = 10**9
 
 
@@ -102,6 +108,8 @@ def load_compare(path: str | Path, out_dir: str | None = None, build: bool = Tru
     base = data.get("base") or {}
     if data.get("base_config"):
         base = merge(read_yaml((path.parent / data["base_config"]).resolve()), base)
+    if (base.get("run") or {}).get("eval_problems") is None:
+        base = merge(base, {"run": {"eval_problems": DEFAULT_EVAL_PROBLEMS}})
     cfg = CompareConfig(out_dir=Path(out_dir or data.get("out_dir") or f"runs/compare/{path.stem}"),
                         base=base, methods=_methods(data.get("methods"), path),
                         seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), path),

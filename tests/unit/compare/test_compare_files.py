@@ -41,6 +41,16 @@ def test_comparison_file_loads_and_is_a_paired_rollout_budgeted_experiment(path)
     assert "Claims:" in text and "Measures:" in text, "the header comment says what is claimed and measured"
 
 
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_committed_files_set_seeds_and_evaluation_size_so_their_results_stay_valid(path):
+    # The defaults for new files (10 seeds, 1,000 held-out problems) must not change a committed
+    # family's runs: each file says both itself.
+    import yaml
+    raw = yaml.safe_load(path.read_text())
+    assert "seeds" in raw, f"{path.name} relies on the default seeds"
+    assert "eval_problems" in (raw.get("base") or {}).get("run", {}), f"{path.name} relies on the default eval size"
+
+
 def _rows() -> dict[str, str]:
     """findings.md table rows keyed by their first cell."""
     rows = {}
