@@ -17,15 +17,14 @@ import yaml
 
 from rlvr.compare.claims import Claim, parse_claim
 from rlvr.compare.config import load_compare
-from rlvr.compare.verdict_tests import ALPHA, mde, pooled_sd, seeds_for
-from rlvr.compare.verdicts import KINDS, Family, baseline_gain, judge, oriented, paired_diffs
+from rlvr.compare.power import family_power
+from rlvr.compare.verdict_tests import ALPHA
+from rlvr.compare.verdicts import KINDS, Family, baseline_gain, judge, oriented
 from rlvr.train.config import ConfigError
 
 FINDINGS = Path("docs/findings.md")
 NOTES = Path("docs/findings_notes.md")
 UNTESTED = Path("configs/claims_untested.yaml")
-TARGET_MDE = 0.03  # the issue's aim: 3 points on a fraction-valued claim metric
-UNITLESS = ("seconds", "rollouts")  # metrics not on a 0-1 scale: no seeds-for-3-points column
 
 
 def load_families(root: Path) -> list[Family]:
@@ -62,23 +61,6 @@ def untested_claims(root: Path) -> list[Claim]:
     missing = [c.method for c in out if not c.not_testable]
     if missing:
         raise ConfigError(f"{path}: {missing} need a 'not_testable' reason (no family measures them)")
-    return out
-
-
-def family_power(family: Family, n_claims: int, alpha: float = ALPHA) -> list[dict[str, Any]]:
-    """Per claim metric of the family (claims against the baseline): pooled SD of the paired
-    differences, MDE at the family's seed count at α and at α/m, seeds for a 3-point MDE at α/m."""
-    by_metric: dict[str, list[list[float]]] = {}
-    for claim in family.claims:
-        if claim.versus == "baseline":
-            by_metric.setdefault(claim.metric, []).append(paired_diffs(family, claim))
-    out = []
-    for metric, groups in by_metric.items():
-        sd, n = pooled_sd(groups), max((len(g) for g in groups), default=0)
-        strict = alpha / max(1, n_claims)
-        out.append({"metric": metric, "sd": sd, "n": n, "mde": mde(sd, n, alpha) if sd else None,
-                    "mde_corrected": mde(sd, n, strict) if sd else None,
-                    "seeds_3pt": None if metric in UNITLESS or not sd else seeds_for(sd, TARGET_MDE, strict)})
     return out
 
 

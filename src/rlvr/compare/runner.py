@@ -34,6 +34,7 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
                    progress: bool = True, threads: int | None = None) -> dict[str, Any]:
     """Run (or reuse) every run of the comparison, then write the report; returns the results.
     ``threads``: torch threads per run, over the file's ``run.threads`` (default: cores / jobs)."""
+    from rlvr.compare.power import compare_power
     from rlvr.compare.report import build_report
     jobs = max(1, jobs or cfg.jobs)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
@@ -52,7 +53,8 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     for status in statuses:  # this invocation's outcome wins over what the folder says
         next(r for r in runs if r["method"] == status["method"] and r["seed"] == status["seed"]).update(status)
     (cfg.out_dir / "plan.json").write_text(json.dumps(runs, indent=1))
-    return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline)
+    return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline,
+                        power_of=lambda records: compare_power(cfg, records))
 
 
 def _selected(method: str, seed: int, only: list[str] | None) -> bool:
