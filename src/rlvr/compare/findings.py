@@ -18,6 +18,7 @@ import yaml
 from rlvr.compare.claims import Claim, parse_claim
 from rlvr.compare.config import load_compare
 from rlvr.compare.power import family_power
+from rlvr.compare.problem_pairs import pair_problems
 from rlvr.compare.verdict_tests import ALPHA
 from rlvr.compare.verdicts import KINDS, Family, baseline_gain, judge, oriented
 from rlvr.train.config import ConfigError
@@ -70,7 +71,7 @@ def render(root: Path, alpha: float = ALPHA) -> str:
     rows = judge(families, alpha)
     m = sum(r["holm"] is not None for r in rows)
     lines = [*_head(m, alpha), *_family_table(families, rows, m, alpha), *_claim_table(rows),
-             *_untested_lines(untested_claims(root)), *_notes(root)]
+             *_problem_section(rows), *_untested_lines(untested_claims(root)), *_notes(root)]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -156,6 +157,33 @@ def _claim_row(row: dict) -> str:
     note = f" {claim.note}" if claim.note else ""
     return (f"| {claim.section} {claim.title} | {claim.paper} | {family.name} · {claim.metric}{subset} vs {versus} · "
             f"{direction} | {delta} | {stats} | *{row['verdict']}* | {row['why']}.{note} |")
+
+
+def _problem_section(rows: list[dict]) -> list[str]:
+    """Claims against the baseline paired problem by problem where both runs saved outcomes (beside
+    the verdict, which stays the seed-level test)."""
+    lines = ["## Problem-level pairing (beside the seed-level verdict)", ""]
+    table = []
+    for row in sorted(rows, key=lambda r: _section_key(r["claim"].section)):
+        claim, family = row["claim"], row["family"]
+        if claim.versus != "baseline":
+            continue
+        pair = pair_problems(family.records, claim.method, family.baseline, claim.metric, oriented(claim.metric))
+        if pair and pair["seeds"]:
+            share = "—" if pair["eval_share"] is None else f"{pair['eval_share']:.2f}"
+            se = "—" if pair["se_eval"] is None else f"{pair['se_eval']:.3f}"
+            table.append(f"| {claim.section} {claim.title} | {family.name} · {claim.metric} | {pair['b']} / {pair['c']} "
+                         f"| {pair['p']:.3g} | {pair['mean']:+.3f} ± {se} | {share} |")
+    if not table:
+        return lines + ["No committed results.json records per-problem outcomes yet (its runs predate "
+                        "`RUN/eval_outcomes.jsonl`), so no claim is paired problem by problem; a re-run family gets "
+                        "this table from its results.", ""]
+    return lines + ["b / c: problems (summed over seeds) where the method / the baseline did better; p: exact "
+                    "McNemar of the sums (the models held fixed, so never the verdict); Δ ± SE: mean difference "
+                    "and its evaluation-noise standard error; eval share: the part of the seed-level variance "
+                    "that evaluation noise explains.", "",
+                    "| method | family · metric | b / c | McNemar p | Δ ± SE (eval) | eval share |",
+                    "|---|---|---|---:|---|---:|", *table, ""]
 
 
 def _untested_lines(claims: list[Claim]) -> list[str]:

@@ -81,3 +81,21 @@ def test_an_unset_rl_seed_does_not_change_a_saved_run(tmp_path):
     saved = {"run": {"seed": 0, "steps": 5}}  # a config.yaml written before rl_seed existed
     assert config_changes(saved, {"run": {"seed": 0, "steps": 5, "rl_seed": None}}, cfg, 0) == []
     assert config_changes(saved, {"run": {"seed": 0, "steps": 5, "rl_seed": 7}}, cfg, 0) == ["run.rl_seed"]
+
+
+def test_findings_pair_problems_where_both_runs_saved_outcomes():
+    from rlvr.compare.claims import Claim
+    from rlvr.compare.findings import _problem_section
+    from rlvr.compare.verdicts import Family, judge
+    bits = {("base", 0): "0100", ("new", 0): "1100", ("base", 1): "0011", ("new", 1): "1111"}
+    records = [{"method": m, "seed": s, "status": "done", "accuracy_before": 0.1, "accuracy_after": b.count("1") / 4,
+                "outcomes": {"n": 4, "ids": f"seed{s}", "k": 0, "greedy": b, "maj": None, "correct": None}}
+               for (m, s), b in bits.items()]
+    claim = Claim(method="new", section="§9.9", title="New", paper="synthetic", metric="accuracy_after")
+    family = Family(name="fam", baseline="base", claims=(claim,), roles={"base": "baseline", "new": "method"},
+                    records=records, seeds=(0, 1))
+    text = "\n".join(_problem_section(judge([family])))
+    assert "| §9.9 New | fam · accuracy_after | 3 / 0 | 0.25 | +0.375 ± 0.191 |" in text
+    bare = Family(name="fam", baseline="base", claims=(claim,), roles=family.roles,
+                  records=[{k: v for k, v in r.items() if k != "outcomes"} for r in records], seeds=(0, 1))
+    assert "No committed results.json records per-problem outcomes yet" in "\n".join(_problem_section(judge([bare])))
