@@ -86,3 +86,15 @@ def test_findings_cites_comparison_files_and_results_that_exist():
     assert not missing, f"findings.md cites missing files: {missing}"
     compared = {p.name for p in FILES}
     assert {Path(c).name for c in cited if c.startswith("configs/")} <= compared
+
+
+def test_example_with_both_controls_builds_and_gets_the_new_defaults():
+    # configs/compare/controls/baselines.yaml: not a committed family (findings read configs/compare/*.yaml)
+    cfg = load_compare(ROOT / "configs" / "compare" / "controls" / "baselines.yaml")  # every method builds
+    roles = {m.name: m.role for m in cfg.methods}
+    assert roles["grpo_rl"] == "negative_control" and roles["grpo_flip"] == "positive_control"
+    flip = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_flip"), 3)
+    assert [(s.name, s.params["rate"]) for s in flip.algorithm.shapers] == [("reward_flip", 0.25)]
+    assert flip.run.eval_problems == 1000 and len(cfg.seeds) == 10
+    rl = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_rl"), 3)
+    assert rl.run.training_seed == 1003 and rl.run.seed == 3
