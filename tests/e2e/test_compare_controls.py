@@ -49,7 +49,8 @@ def test_negative_control_shares_the_warm_start_and_records_its_rl_seed(tmp_path
     # same weights, same held-out problems: the before-RL evaluation is the same by construction
     assert runs["grpo"]["accuracy_before"] == runs["grpo_rl"]["accuracy_before"]
     # per-problem outcomes: saved before and after, the same problems for every method of the seed
-    rows = [json.loads(line) for line in (out / "runs" / "grpo" / "seed0" / "eval_outcomes.jsonl").read_text().splitlines()]
+    saved = (out / "runs" / "grpo" / "seed0" / "eval_outcomes.jsonl").read_text()
+    rows = [json.loads(line) for line in saved.splitlines()]
     assert [r["phase"] for r in rows] == ["before"] * 8 + ["after"] * 8
     assert sum(r["greedy"] for r in rows[8:]) / 8 == runs["grpo"]["accuracy_after"]
     assert runs["grpo"]["outcomes"]["ids"] == runs["grpo_rl"]["outcomes"]["ids"] == runs["grpo_flip"]["outcomes"]["ids"]
@@ -58,6 +59,7 @@ def test_negative_control_shares_the_warm_start_and_records_its_rl_seed(tmp_path
     text = (out / "results.md").read_text()
     assert "## Power" in text and "## Problem-level pairing against grpo" in text
     # the positive control's harm fired: 16 rows per step (4 prompts x 4), exactly 4 flipped
-    metrics = [json.loads(line) for line in (out / "runs" / "grpo_flip" / "seed0" / "metrics.jsonl").read_text().splitlines()]
+    logged = (out / "runs" / "grpo_flip" / "seed0" / "metrics.jsonl").read_text()
+    metrics = [json.loads(line) for line in logged.splitlines()]
     flipped = [m["reward/flipped_frac"] for m in metrics if "reward/flipped_frac" in m]
     assert flipped and all(f == 0.25 for f in flipped)

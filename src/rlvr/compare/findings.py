@@ -172,7 +172,8 @@ def _problem_section(rows: list[dict]) -> list[str]:
         if pair and pair["seeds"]:
             share = "—" if pair["eval_share"] is None else f"{pair['eval_share']:.2f}"
             se = "—" if pair["se_eval"] is None else f"{pair['se_eval']:.3f}"
-            table.append(f"| {claim.section} {claim.title} | {family.name} · {claim.metric} | {pair['b']} / {pair['c']} "
+            table.append(f"| {claim.section} {claim.title} | {family.name} · {claim.metric} "
+                         f"| {pair['b']} / {pair['c']} "
                          f"| {pair['p']:.3g} | {pair['mean']:+.3f} ± {se} | {share} |")
     if not table:
         return lines + ["No committed results.json records per-problem outcomes yet (its runs predate "

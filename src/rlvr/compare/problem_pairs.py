@@ -128,11 +128,13 @@ def problem_lines(table: dict[str, dict[str, Any]], baseline: str) -> list[str]:
              "higher), summed over seeds, with the exact McNemar p of the sums; per seed b/c in order; Δ the "
              "mean difference ± its evaluation-noise standard error (the models held fixed); eval share = "
              "the part of the seed-level variance of the paired differences that evaluation noise explains.",
-             "", "| method | metric | b / c (p) | per seed b/c | Δ ± SE (eval) | eval share |", "|---|---|---|---|---|---|"]
+             "", "| method | metric | b / c (p) | per seed b/c | Δ ± SE (eval) | eval share |",
+             "|---|---|---|---|---|---|"]
     for method, per_metric in table.items():
         for metric, pair in per_metric.items():
             if not pair["seeds"]:
-                lines.append(f"| {method} | {metric} | — | problem ids differ on seeds {pair['mismatched']} | — | — |")
+                lines.append(f"| {method} | {metric} | — | problem ids differ on seeds {pair['mismatched']} "
+                             "| — | — |")
                 continue
             seeds = " ".join(f"{x['b']}/{x['c']}" for x in pair["seeds"])
             se = "—" if pair["se_eval"] is None else f"{pair['se_eval']:.3f}"

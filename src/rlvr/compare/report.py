@@ -335,7 +335,8 @@ def power_lines(power: dict[str, Any] | None) -> list[str]:
              f"Over {what}: pooled SD of the per-seed paired differences and the minimum detectable effect "
              f"(80 % power, paired t) at α = {alpha:g} and at α/m = {alpha / m:.3g} (m = {m}, Holm's strictest "
              "step; `rlvr findings` corrects across all its claims, a stricter level), and the seeds an MDE of "
-             "0.03 at α/m needs.", "", "| metric | seeds | SD of paired Δ | MDE at α | MDE at α/m | seeds for 0.03 |",
+             "0.03 at α/m needs.", "",
+             "| metric | seeds | SD of paired Δ | MDE at α | MDE at α/m | seeds for 0.03 |",
              "|---|---:|---:|---:|---:|---:|"]
     for row in power["rows"]:
         cells = ["—" if row[k] is None else f"{row[k]:.3f}" for k in ("sd", "mde", "mde_corrected")]

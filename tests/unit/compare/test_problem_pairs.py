@@ -28,7 +28,8 @@ def test_mcnemar_p_golden():
 
 def test_problem_paired_golden():
     out = problem_paired([1, 1, 0, 0, 1], [0, 1, 1, 0, 0])
-    # d = 1 0 −1 0 1: mean .2; Σ(d − .2)² = 2.8, s² = .7, se = √(.7 / 5) = .374166; b = 2, c = 1, p = 2·4/8 → 1
+    # d = 1 0 −1 0 1: mean .2; Σ(d − .2)² = 2.8, s² = .7, se = √(.7 / 5) = .374166;
+    # b = 2, c = 1, p = 2·4/8 → 1
     assert out["mean"] == pytest.approx(0.2) and out["se"] == pytest.approx(math.sqrt(0.14))
     assert (out["b"], out["c"], out["p"]) == (2, 1, 1.0)
 

@@ -15,7 +15,8 @@ def batch(verdicts) -> Rollouts:
     n = len(verdicts)
     return Rollouts(problems=[Problem(prompt=f"p{i // 4}") for i in range(n)],
                     prompt_ids=torch.zeros(n, 1, dtype=torch.long), prompt_mask=torch.ones(n, 1, dtype=torch.bool),
-                    completion_ids=torch.ones(n, 3, dtype=torch.long), completion_mask=torch.ones(n, 3, dtype=torch.bool),
+                    completion_ids=torch.ones(n, 3, dtype=torch.long),
+                    completion_mask=torch.ones(n, 3, dtype=torch.bool),
                     group_ids=torch.arange(n) // 4, rewards=torch.tensor(verdicts, dtype=torch.float32)[:, None],
                     reward_names=["correct"], texts=["x"] * n)
 
