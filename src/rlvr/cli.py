@@ -113,7 +113,7 @@ def _training_commands(sub: Any) -> None:
 
 
 def _tool_commands(sub: Any) -> None:
-    """compare, plot, bound, example, export, list."""
+    """compare, findings, plot, bound, example, export, list."""
     p = sub.add_parser("compare", help="methods x seeds under one equal budget: results.md, results.json, plots")
     p.add_argument("config", help="comparison YAML (e.g. configs/compare/baselines.yaml)")
     p.add_argument("--jobs", type=int, default=None, help="runs at once (default: the file's `jobs`, else 1)")
@@ -122,6 +122,11 @@ def _tool_commands(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per run (default: the file's run.threads, else CPU cores / jobs); "
                         "1 when other jobs share the machine")
+
+    p = sub.add_parser("findings", help="docs/findings.md from the committed results: every verdict computed")
+    p.add_argument("--check", action="store_true",
+                   help="do not write: exit 1 when the committed docs/findings.md differs from what the results give")
+    p.add_argument("--root", default=".", help="the repository root (default: the current folder)")
 
     p = sub.add_parser("plot", help="PNG plots of single runs from their metrics.jsonl")
     p.add_argument("run_dirs", nargs="+")
@@ -270,6 +275,11 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_findings(args: argparse.Namespace) -> int:
+    from rlvr.compare.findings import run_findings
+    return run_findings(args.root, check=args.check)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from rlvr.compare import load_compare, run_comparison
     cfg = load_compare(args.config, out_dir=args.out)
@@ -313,7 +323,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"export": cmd_export, "example": cmd_example, "compare": cmd_compare, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
+_COMMANDS = {"export": cmd_export, "example": cmd_example, "compare": cmd_compare, "findings": cmd_findings, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
 
 if __name__ == "__main__":
     sys.exit(main())

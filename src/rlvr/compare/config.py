@@ -6,13 +6,22 @@ base: {task: {name: arithmetic}, run: {eval_every: 50}}   # any `rlvr train` con
 methods:
   grpo: {preset: grpo}
   dapo: {preset: dapo, overrides: ["algorithm.loss.eps_high=0.3"]}
-seeds: [0, 1, 2, 3, 4]        # default: 0-4
+  grpo_rl: {preset: grpo, role: negative_control, rl_seed_offset: 1000}  # another RL seed, same warm start
+seeds: [0, 1, 2, 3, 4]        # default: 0-9 (DEFAULT_SEEDS)
 baseline: grpo                # every other method is paired against it seed by seed (default: the first)
 budget: {steps: 300}          # or {rollouts: 19200} or {seconds: 120}
 shared_warm_start: true       # one warm start per seed, the same starting model for every method
 warm_cache: runs/compare/warm # optional: warm starts kept here, keyed by what they depend on, and reused
                               # by every comparison file whose model, task and warm start agree
 ```
+
+Held-out evaluation: ``base.run.eval_problems`` (after ``base_config``) defaults to
+``DEFAULT_EVAL_PROBLEMS`` = 1,000 problems per run in a comparison (``rlvr train``'s own default stays 200):
+at 100 problems one problem is a whole point of accuracy, so evaluation noise swamps the effects a
+comparison looks for. Files that set the count keep it.
+
+A method may also pre-register its ``claim`` (metric, direction, margin, subset, mechanism; see
+``rlvr.compare.claims``), which ``rlvr findings`` judges from the committed results.
 """
 
 from __future__ import annotations
@@ -23,11 +32,14 @@ from typing import Any
 
 import yaml
 
+from rlvr.compare.claims import Claim, check_roles, parse_claim, parse_rl_seed_offset, parse_role
 from rlvr.presets import resolve_config
 from rlvr.train.config import Config, ConfigError, load_config, merge, parse_override, read_yaml
 
 BUDGET_KINDS = ("steps", "rollouts", "seconds")
-DEFAULT_SEEDS = [0, 1, 2, 3, 4]
+METHOD_KEYS = {"preset", "overrides", "role", "claim", "rl_seed_offset"}
+DEFAULT_SEEDS = list(range(10))  # 5 seeds cannot reject (sign-flip floor 2/32) and detect only ~4-9 points
+DEFAULT_EVAL_PROBLEMS = 1000  # held-out problems per run when the file does not say
 _UNLIMITED_STEPS = 10**9
 
 
@@ -36,6 +48,9 @@ class Method:
     name: str
     preset: str | None = None  # a preset name or YAML path
     overrides: tuple[str, ...] = ()  # key.sub=value, applied after the preset
+    role: str = "method"  # method | baseline | negative_control | positive_control (rlvr.compare.claims)
+    claim: Claim | None = None  # the pre-registered claim its row is judged on
+    rl_seed_offset: int | None = None  # run.rl_seed = seed + offset (None: the RL seed is the warm-start seed)
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,8 @@ class CompareConfig:
             tree = merge(tree, parse_override(item))
         kind, value = next(iter(self.budget.items()))
         run = {"seed": seed, "out_dir": str(self.out_dir / "runs" / method.name / f"seed{seed}")}
+        if method.rl_seed_offset is not None:  # same warm start and held-out problems, another RL seed
+            run["rl_seed"] = seed + method.rl_seed_offset
         if kind == "steps":
             run["steps"] = int(value)
         else:
@@ -76,8 +93,9 @@ class CompareConfig:
         return load_config(None, base=self.run_tree(method, seed))
 
 
-def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
-    """Read and check a comparison file; every run's config is validated before anything runs."""
+def load_compare(path: str | Path, out_dir: str | None = None, build: bool = True) -> CompareConfig:
+    """Read and check a comparison file; every run's config is validated before anything runs
+    (``build=False``: only the file's own schema, claims and roles, e.g. for ``rlvr findings``)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"comparison file not found: {path}")
@@ -90,6 +108,8 @@ def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
     base = data.get("base") or {}
     if data.get("base_config"):
         base = merge(read_yaml((path.parent / data["base_config"]).resolve()), base)
+    if (base.get("run") or {}).get("eval_problems") is None:
+        base = merge(base, {"run": {"eval_problems": DEFAULT_EVAL_PROBLEMS}})
     cfg = CompareConfig(out_dir=Path(out_dir or data.get("out_dir") or f"runs/compare/{path.stem}"),
                         base=base, methods=_methods(data.get("methods"), path),
                         seeds=_seeds(data.get("seeds", DEFAULT_SEEDS), path),
@@ -100,6 +120,9 @@ def load_compare(path: str | Path, out_dir: str | None = None) -> CompareConfig:
     if cfg.baseline is not None and cfg.baseline not in {m.name for m in cfg.methods}:
         raise ConfigError(f"{path}: baseline '{cfg.baseline}' is not one of the methods "
                           f"{[m.name for m in cfg.methods]}")
+    check_roles([(m.name, m.role, m.claim) for m in cfg.methods], cfg.baseline or cfg.methods[0].name, str(path))
+    if not build:
+        return cfg
     from rlvr.train.build import build_pipeline
     for method in cfg.methods:  # fail fast: unknown keys, plug-in names or parameters name the method
         try:
@@ -115,13 +138,16 @@ def _methods(raw: Any, path: Path) -> tuple[Method, ...]:
     out = []
     for name, spec in raw.items():
         spec = spec or {}
-        extra = sorted(set(spec) - {"preset", "overrides"})
+        extra = sorted(set(spec) - METHOD_KEYS)
         if extra:
-            raise ConfigError(f"{path}: method '{name}': unknown key(s) {extra}; valid: ['overrides', 'preset']")
+            raise ConfigError(f"{path}: method '{name}': unknown key(s) {extra}; valid: {sorted(METHOD_KEYS)}")
         overrides = spec.get("overrides") or []
         if isinstance(overrides, dict):  # a mapping of dotted keys is accepted too
             overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in overrides.items()]
-        out.append(Method(str(name), spec.get("preset"), tuple(str(o) for o in overrides)))
+        out.append(Method(str(name), spec.get("preset"), tuple(str(o) for o in overrides),
+                          role=parse_role(str(name), spec, str(path)),
+                          claim=parse_claim(str(name), spec.get("claim"), str(path)),
+                          rl_seed_offset=parse_rl_seed_offset(str(name), spec, str(path))))
     return tuple(out)
 
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rlvr.compare.plots import write_figures, write_paired_figure
+from rlvr.compare.problem_pairs import compact_outcomes, problem_lines, problem_table
 from rlvr.compare.stats import mean_ci, paired_difference
 from rlvr.train.logging import read_metrics
 
@@ -81,6 +82,9 @@ def run_record(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]
         "rollouts": summary.get("rollouts"), "seconds": summary.get("seconds"),
         "steps": summary.get("steps"), "stopped_by": summary.get("stopped_by"),
     })
+    outcomes = compact_outcomes(run_dir)  # per-problem, for pairing problem by problem (rlvr.eval.outcomes)
+    if outcomes is not None:
+        rec["outcomes"] = outcomes
     return rec, rows
 
 
@@ -168,13 +172,15 @@ def paired(records: list[dict[str, Any]], methods: list[str], baseline: str,
 
 
 def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[str, Any],
-                 smooth: int = 20, baseline: str | None = None) -> dict[str, Any]:
+                 smooth: int = 20, baseline: str | None = None,
+                 power_of: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write results.json, results.md and the PNGs into ``out_dir``; return the results dict.
 
     ``runs``: one dict per (method, seed) with ``method``, ``seed``, ``run_dir``, ``status``
     ("done" | "failed" | "missing") and optionally ``error``. ``budget``: what every run was given
     (see ``describe_budget``); it is copied into results.json as is. ``baseline``: the method every
-    other is paired against, seed by seed (default: the first method).
+    other is paired against, seed by seed (default: the first method). ``power_of``: records →
+    the power section (``rlvr.compare.power.compare_power``), shown after the paired table.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +196,10 @@ def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[s
     results = {"budget": budget, "runs": records, "methods": stats,
                "best": best_methods(stats, [*HIGHER, *k_metrics, *LOWER]), "largest_k": k,
                "paired": paired(records, methods, baseline,
-                                [*PAIRED, *k_metrics[:1], *subset_metrics(records, k), *PAIRED_LAST])}
+                                [*PAIRED, *k_metrics[:1], *subset_metrics(records, k), *PAIRED_LAST]),
+               "problem_pairs": problem_table(records, methods, baseline, ["accuracy_after", *k_metrics], LOWER)}
+    if power_of is not None:  # the runner's: pooled SD and MDE per claim metric (rlvr.compare.power)
+        results["power"] = power_of(records)
     _write_text(out / "results.json", json.dumps(results, indent=2))
     finished = {m: [(rec, rows) for rec, rows in pairs if rec["method"] == m and rec["status"] == "done"]
                 for m in methods}
@@ -263,7 +272,8 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
     columns = COLUMNS_HEAD + ([(f"pass@{k}", f"pass@{k}", 3), (f"maj@{k}", f"maj@{k}", 3)] if k else [])
     columns += COLUMNS_TAIL
     lines = ["# Comparison results", "", describe_budget(results["budget"]), *_seed_lines(results["runs"]), "",
-             *_paired_lines(results.get("paired")),
+             *_paired_lines(results.get("paired")), *power_lines(results.get("power")),
+             *problem_lines(results.get("problem_pairs") or {}, (results.get("paired") or {}).get("baseline", "")),
              "## Per method", "",
              "Cells: mean ± 95 % confidence half-width (Student t with n − 1 degrees of freedom, sample "
              "standard deviation with ddof = 1) over the finished seeds; n = finished runs. Final reward, "
@@ -311,6 +321,27 @@ def _paired_lines(paired_results: dict[str, Any] | None) -> list[str]:
             cells += [f"{diff} (n={d['n']})", "—" if d["p"] is None else f"{d['p']:.3f}",
                       f"{d['wins']}/{d['ties']}/{d['losses']}"]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def power_lines(power: dict[str, Any] | None) -> list[str]:
+    """The power section: per claim metric, pooled SD of the paired differences and the MDE."""
+    if not power or not power.get("rows"):
+        return []
+    m, alpha = power["m"], power["alpha"]
+    what = "the file's pre-registered claims against the baseline" if power["registered"] else \
+        "every method against the baseline on greedy accuracy (the file registers no claims)"
+    lines = ["## Power", "",
+             f"Over {what}: pooled SD of the per-seed paired differences and the minimum detectable effect "
+             f"(80 % power, paired t) at α = {alpha:g} and at α/m = {alpha / m:.3g} (m = {m}, Holm's strictest "
+             "step; `rlvr findings` corrects across all its claims, a stricter level), and the seeds an MDE of "
+             "0.03 at α/m needs.", "",
+             "| metric | seeds | SD of paired Δ | MDE at α | MDE at α/m | seeds for 0.03 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for row in power["rows"]:
+        cells = ["—" if row[k] is None else f"{row[k]:.3f}" for k in ("sd", "mde", "mde_corrected")]
+        lines.append(f"| {row['metric']} | {row['n']} | {' | '.join(cells)} | "
+                     f"{'—' if row['seeds_3pt'] is None else row['seeds_3pt']} |")
     return lines + [""]
 
 

@@ -34,6 +34,7 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
                    progress: bool = True, threads: int | None = None) -> dict[str, Any]:
     """Run (or reuse) every run of the comparison, then write the report; returns the results.
     ``threads``: torch threads per run, over the file's ``run.threads`` (default: cores / jobs)."""
+    from rlvr.compare.power import compare_power
     from rlvr.compare.report import build_report
     jobs = max(1, jobs or cfg.jobs)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
@@ -52,7 +53,8 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     for status in statuses:  # this invocation's outcome wins over what the folder says
         next(r for r in runs if r["method"] == status["method"] and r["seed"] == status["seed"]).update(status)
     (cfg.out_dir / "plan.json").write_text(json.dumps(runs, indent=1))
-    return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline)
+    return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline,
+                        power_of=lambda records: compare_power(cfg, records))
 
 
 def _selected(method: str, seed: int, only: list[str] | None) -> bool:
@@ -157,6 +159,8 @@ def config_changes(previous: dict, tree: dict, cfg: CompareConfig, seed: int) ->
     for flat in (old, new):
         for key in _IGNORED:
             flat.pop(key, None)
+        if flat.get("run.rl_seed") is None:  # unset = the run's seed, as in configs saved before rl_seed
+            flat.pop("run.rl_seed", None)
         path = flat.get("model.path")
         if isinstance(path, str) and _is_warm_start(Path(path), cfg, seed):
             flat["model.path"] = "<the shared warm start>"
@@ -246,9 +250,14 @@ def _launch(args: list[str], log: Path, progress: bool, label: str) -> int:
 
 
 def _record(cfg: CompareConfig, method: Method, seed: int) -> dict[str, Any]:
+    """The plan's entry of one run: ``seed`` is the warm start's (and the held-out problems'), ``rl_seed``
+    the RL loop's, ``role`` what the run is for (method, baseline or a control)."""
     run_dir = cfg.out_dir / "runs" / method.name / f"seed{seed}"
     status = "done" if (run_dir / "summary.json").exists() else "missing"
-    return {"method": method.name, "seed": seed, "run_dir": str(run_dir), "status": status}
+    rl_seed = seed if method.rl_seed_offset is None else seed + method.rl_seed_offset
+    role = "baseline" if method.name == (cfg.baseline or cfg.methods[0].name) else method.role
+    return {"method": method.name, "seed": seed, "rl_seed": rl_seed, "role": role, "run_dir": str(run_dir),
+            "status": status}
 
 
 def _tail(path: Path, lines: int = 15) -> str:

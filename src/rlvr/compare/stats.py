@@ -97,3 +97,27 @@ def paired_difference(method: dict[Any, float | None], baseline: dict[Any, float
 
 def _finite(v: Any) -> bool:
     return v is not None and math.isfinite(float(v))
+
+
+def mcnemar_p(b: int, c: int) -> float:
+    """Exact two-sided McNemar (sign) test of b problems only the method got right against c only the
+    baseline got right: p = min(1, 2 · P(X ≤ min(b, c))), X ~ Binomial(b + c, ½); 1 when b + c = 0."""
+    if b < 0 or c < 0:
+        raise ValueError(f"mcnemar_p: counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n)
+
+
+def problem_paired(ours: list[float], theirs: list[float]) -> dict[str, Any]:
+    """Problem-by-problem differences of two runs scored on the same problems (one value per problem):
+    mean difference, its evaluation-noise standard error sd(d)/√n (ddof = 1; the models held fixed, the
+    problems a sample), b / c = problems where ours is higher / lower, and the exact sign test p."""
+    if len(ours) != len(theirs) or not ours:
+        raise ValueError(f"problem_paired: need equal, non-empty lists, got {len(ours)} and {len(theirs)}")
+    d = [a - b for a, b in zip(ours, theirs)]
+    n, mean = len(d), sum(d) / len(d)
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n) if n > 1 else None
+    b, c = sum(x > 1e-12 for x in d), sum(x < -1e-12 for x in d)
+    return {"n": n, "mean": mean, "se": se, "b": b, "c": c, "p": mcnemar_p(b, c)}

@@ -8,6 +8,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.eval.calibration import calibration_metrics
 from rlvr.eval.metrics import majority, pass_at_k
+from rlvr.eval.outcomes import outcome_rows
 from rlvr.models.loading import render_prompt
 from rlvr.rollout.hf import generate
 from rlvr.tasks.base import Task
@@ -17,7 +18,8 @@ from rlvr.types import Problem, Score
 
 def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: Task, problems: list[Problem], *,
              k: int = 8, max_new_tokens: int | None = None, temperature: float = 1.0, batch_size: int = 64,
-             seed: int = 0, top_p: float = 1.0, engine: str = "loop") -> dict[str, Any]:
+             seed: int = 0, top_p: float = 1.0, engine: str = "loop",
+             outcomes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Greedy accuracy plus, when ``k > 0``, k samples per problem at ``temperature``.
 
     Returns ``greedy_accuracy``, ``pass@1`` … ``pass@k`` (unbiased estimator with n = k),
@@ -25,6 +27,8 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     that answer was verified correct), ``num_problems``, ``greedy_length`` and ``sample_length``
     (mean generated tokens, eos included), and calibration (``calibration/brier``, ``calibration/ece``
     over 10 bins, ...) of the samples that state a confidence. ``max_new_tokens`` defaults to the task's budget.
+    ``outcomes``: a list that receives one row per problem (``rlvr.eval.outcomes``: greedy reward, correct
+    samples of k, majority right), for pairing runs problem by problem.
     """
     if not problems:
         raise ValueError("evaluate: no problems")
@@ -39,6 +43,8 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     out.update({f"greedy_accuracy/{name}": sum(greedy[i].value for i in rows) / len(rows)
                 for name, rows in subsets.items()})
     if k <= 0:
+        if outcomes is not None:
+            outcomes.extend(outcome_rows(problems, greedy, None, 0, None))
         return out
     rows = [i for i in range(len(problems)) for _ in range(k)]  # k contiguous samples per problem
     texts: list[str] = []
@@ -48,10 +54,13 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
     correct = [sum(s.value == 1.0 for s in samples[i * k:(i + 1) * k]) for i in range(len(problems))]
     for j in range(1, k + 1):
         out[f"pass@{j}"] = sum(pass_at_k(k, c, j) for c in correct) / len(problems)
-    out[f"maj@{k}"] = sum(_majority_right(samples[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)
+    maj = [_majority_right(samples[i * k:(i + 1) * k]) for i in range(len(problems))]
+    out[f"maj@{k}"] = sum(maj) / len(problems)
+    if outcomes is not None:
+        outcomes.extend(outcome_rows(problems, greedy, correct, k, maj))
     for name, rows in subsets.items():  # regimes that mix difficulties report each part (e.g. 'hard')
         out[f"pass@{k}/{name}"] = sum(pass_at_k(k, correct[i], k) for i in rows) / len(rows)
-        out[f"maj@{k}/{name}"] = sum(_majority_right(samples[i * k:(i + 1) * k]) for i in rows) / len(rows)
+        out[f"maj@{k}/{name}"] = sum(maj[i] for i in rows) / len(rows)
     out["sample_length"] = sample_len
     out.update(calibration_metrics(texts, samples, num_bins=10))  # only when completions state a confidence
     return out

@@ -53,7 +53,7 @@ class ESTrainer:
         self.acc = accelerator
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = {"task": build_task(cfg), "selector": build_plugin("selector", cfg.algorithm.selector)}
-        torch.manual_seed(cfg.run.seed)
+        torch.manual_seed(cfg.run.training_seed)
         if model is None:
             model, tokenizer = build_model(cfg)
         self.model, self.tokenizer = model.to(self.acc.device), tokenizer
@@ -97,9 +97,9 @@ class ESTrainer:
         """One ES iteration on this step's prompts; every rank returns the same metrics."""
         es = self.es
         problems = self.parts["selector"].select(self.parts["task"], self._num_prompts(), self.step,
-                                                 step_seed(self.cfg.run.seed, self.step))
+                                                 step_seed(self.cfg.run.training_seed, self.step))
         n_seeds = es.population // 2 if es.antithetic else es.population
-        seeds = member_seeds(self.cfg.run.seed, self.step, n_seeds)
+        seeds = member_seeds(self.cfg.run.training_seed, self.step, n_seeds)
         fitness_fn = self._fitness_fn(problems)
         with torch.no_grad():
             metrics = {"reward/center": float(fitness_fn(-1).mean())} if es.eval_center else {}
@@ -123,7 +123,7 @@ class ESTrainer:
         es, cfg = self.es, self.cfg
         rows = [p for p in problems for _ in range(es.samples_per_prompt)]
         prompts = [render_prompt(self.tokenizer, p) for p in rows]
-        seed = step_seed(cfg.run.seed, self.step, 0, 1)
+        seed = step_seed(cfg.run.training_seed, self.step, 0, 1)
         budget = es.max_new_tokens or cfg.rollout.max_new_tokens
 
         def fitness(k: int) -> torch.Tensor:

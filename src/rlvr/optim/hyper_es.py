@@ -182,14 +182,14 @@ class LocalTrainer:
         self.acc = LocalProcess(method)
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)
-        torch.manual_seed(cfg.run.seed)
+        torch.manual_seed(cfg.run.training_seed)
         if model is None:
             model, tokenizer = build_model(cfg)
         self.model = model.to("cuda" if torch.cuda.is_available() else "cpu")  # as the gradient Trainer places it
         self.tokenizer = tokenizer
         self.timer = PhaseTimer()
         self.collector = Collector(task=self.parts["task"], selector=self.parts["selector"], shapers=[], filters=[],
-                                   rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed, rank=0,
+                                   rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed, rank=0,
                                    world_size=1, timer=self.timer)
         self.step, self.rollouts_spent, self.seconds_spent = 0, 0, 0.0
 
@@ -243,10 +243,10 @@ class HyperESTrainer(LocalTrainer):
         base = {n: p for n, p in self.model.named_parameters() if n in deltas[0]}
         k = self.config.directions
         self.merge = LayerwiseMerge(base, deltas, drop_p=self.config.dare_drop_p, keep_rho=self.config.ties_keep_rho,
-                                    granularity=self.config.coef_granularity, seed=self.cfg.run.seed)
+                                    granularity=self.config.coef_granularity, seed=self.cfg.run.training_seed)
         default = 1.0 if self.config.coef_granularity == "layer" else 1.0 / k
         x0 = np.full(self.merge.num_coefficients, self.config.c_init or default)
-        self.search = CMASearch(x0, self.config.cma_sigma0, self.config.cma_popsize, self.cfg.run.seed)
+        self.search = CMASearch(x0, self.config.cma_sigma0, self.config.cma_popsize, self.cfg.run.training_seed)
         metrics["es/num_coefficients"] = float(self.merge.num_coefficients)
         return {**metrics, **self.timer.pop()}
 
@@ -297,7 +297,8 @@ def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
                           target_modules=list(config.lora_targets))
         peft_model = get_peft_model(copy.deepcopy(base), lora)
         cfg_k = replace(cfg, optim={"name": GRADIENT_TRAINER, "params": {}, "lr": lr},
-                        run={"seed": cfg.run.seed + 1 + k, "out_dir": str(Path(cfg.run.out_dir) / "directions")})
+                        run={"seed": cfg.run.training_seed + 1 + k, "rl_seed": None,
+                             "out_dir": str(Path(cfg.run.out_dir) / "directions")})
         trainer = Trainer(cfg_k, model=peft_model, tokenizer=tokenizer)
         rewards = []
         for _ in range(config.direction_steps):

@@ -6,6 +6,7 @@ from rlvr.rewards import code  # noqa: F401  (registers the sandboxed code verif
 from rlvr.rewards import gar, shapley  # noqa: F401  (registers gar, parallel_shapley)
 from rlvr.rewards import consensus, ttrl, om_grpo  # noqa: F401  (label-free shapers)
 from rlvr.rewards import de_venus  # noqa: F401  (DE-Venus weak supervision)
+from rlvr.rewards import flip  # noqa: F401  (reward_flip, the positive controls' harm)
 from rlvr.rewards.answer import extract_answer, parse_confidence, strip_confidence
 from rlvr.rewards.c3rl import C3RL, c3rl_reward
 from rlvr.rewards.om_grpo import OMGRPO, soft_consensus

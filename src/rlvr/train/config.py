@@ -263,7 +263,10 @@ class RunConfig:
                                  "discarded or replaced rows, counterfactuals, weak-model drafts and MCMC "
                                  "proposals included: rollout/generated_completions); 0 = no limit")
     max_seconds: float = param(0.0, "stop once RL training has run this long (wall-clock); 0 = no limit")
-    seed: int = param(0, "one seed drives data order, sampling and initialisation")
+    seed: int = param(0, "one seed drives data order, sampling and initialisation (and the warm start)")
+    rl_seed: int | None = param(None, "seed of the RL loop alone (data order, sampling, adapter init, ES "
+                                      "noise); None = run.seed. The warm start, the model's initialisation "
+                                      "and the held-out problems stay on run.seed")
     out_dir: str = param("runs/train", "run folder")
     eval_every: int = param(50, "held-out evaluation period in steps (0 = only at the end)")
     eval_problems: int = param(200, "held-out problems per evaluation")
@@ -292,6 +295,11 @@ class RunConfig:
                              f"got '{self.mixed_precision}'")
         from rlvr.train.trackers import check_report_to  # names known, packages installed
         object.__setattr__(self, "report_to", list(check_report_to(self.report_to)))
+
+    @property
+    def training_seed(self) -> int:
+        """The RL loop's seed: ``rl_seed`` where set, else ``seed`` (one seed for everything, as before)."""
+        return self.seed if self.rl_seed is None else self.rl_seed
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import torch
 
+from rlvr.eval.outcomes import write_outcomes
 from rlvr.tasks.pool import active, uses_pool, verifier_pool
 from rlvr.train.build import build_task
 from rlvr.train.config import Config
@@ -24,16 +25,18 @@ def heldout(task: Any, n: int, seed: int) -> list:
 
 
 def evaluate_policy(model: torch.nn.Module, tokenizer: Any, task: Any, problems: list, cfg: Config,
-                    k: int) -> dict[str, float]:
+                    k: int, outcomes: list | None = None) -> dict[str, float]:
     from rlvr.eval import evaluate
     return evaluate(model, tokenizer, task, problems, k=k, max_new_tokens=cfg.rollout.max_new_tokens,
-                    temperature=cfg.rollout.temperature, seed=cfg.run.seed)
+                    temperature=cfg.rollout.temperature, seed=cfg.run.seed, outcomes=outcomes)
 
 
-def evaluate_run(trainer: Any, task: Any, problems: list, cfg: Config) -> dict[str, float]:
+def evaluate_run(trainer: Any, task: Any, problems: list, cfg: Config,
+                 outcomes: list | None = None) -> dict[str, float]:
     """The task's held-out evaluation of the trainer's policy, plus the ``heldout/…`` measure of a
-    training loop that has one of its own (``trainer.heldout_metrics()``, e.g. LURE's pursuit capture)."""
-    out = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k)
+    training loop that has one of its own (``trainer.heldout_metrics()``, e.g. LURE's pursuit capture);
+    ``outcomes`` receives the per-problem rows (``rlvr.eval.outcomes``)."""
+    out = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k, outcomes)
     extra = getattr(trainer, "heldout_metrics", None)
     return {**out, **extra()} if extra is not None else out
 
@@ -94,21 +97,23 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
         pool.prestart()  # workers start while the policy is evaluated before training
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)
-    before = None
+    before, before_rows, after_rows = None, [], []
     here = evaluates_here(trainer)  # the main process; every rank when parameters are sharded
     if not resume and here:
         with lockstep_of(trainer):
-            before = evaluate_run(trainer, task, problems, cfg)
+            before = evaluate_run(trainer, task, problems, cfg, before_rows)
         if trainer.acc.is_main_process:
-            _write_json_atomic(Path(cfg.run.out_dir) / BEFORE, {"info": info, "before": before})
+            _write_json_atomic(Path(cfg.run.out_dir) / BEFORE, {"info": info, "before": before,
+                                                                "outcomes": before_rows})
     elif resume:
         info, before = _recorded_before(Path(cfg.run.out_dir))
+        before_rows = _recorded_before_rows(Path(cfg.run.out_dir))
     result = trainer.train(resume=resume, eval_fn=eval_fn)
     summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir),
                                "processes": trainer.acc.num_processes}
     if here:
         with lockstep_of(trainer):
-            after = evaluate_run(trainer, task, problems, cfg)
+            after = evaluate_run(trainer, task, problems, cfg, after_rows)
     if not trainer.acc.is_main_process:
         return {}
     if trainer.acc.is_main_process:
@@ -118,6 +123,7 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
         if hasattr(trainer, "callbacks"):
             trainer.callbacks.evaluate(trainer, trainer.step, after)
         summary.update(_before_after(before, after))
+        write_outcomes(cfg.run.out_dir, before_rows, after_rows)
         write_summary(cfg.run.out_dir, summary)
     return summary
 
@@ -146,6 +152,15 @@ def _recorded_before(run_dir: Path) -> tuple[dict[str, Any], dict | None]:
     except (OSError, ValueError):
         return {}, None
     return {k: v for k, v in summary.items() if k.startswith("warm_start_")}, summary.get("eval_before")
+
+
+def _recorded_before_rows(run_dir: Path) -> list[dict]:
+    """The per-problem rows of the evaluation before RL, as RUN/eval_before.json holds them ([] if not)."""
+    import json
+    try:
+        return list(json.loads((run_dir / BEFORE).read_text()).get("outcomes") or [])
+    except (OSError, ValueError):
+        return []
 
 
 def _record_resumed_config(cfg: Config) -> None:

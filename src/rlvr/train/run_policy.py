@@ -26,7 +26,7 @@ def load_run_policy(path: str | Path, overrides: list[str] | None = None) -> tup
     cfg = load_config(run / "config.yaml", overrides)
     model, tokenizer = build_model(cfg)
     if cfg.model.lora is not None:
-        model = add_lora(model, cfg.model.lora, seed=cfg.run.seed)
+        model = add_lora(model, cfg.model.lora, seed=cfg.run.training_seed)
         if (run / "reference" / "model.safetensors").is_file():  # a base model.path cannot rebuild
             load_weights(run / "reference", reference_of(model))
     load_weights(ckpt, model)

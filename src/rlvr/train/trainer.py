@@ -63,7 +63,7 @@ class Trainer(UpdatePhase):
         ds.check_supported(self.acc, cfg)
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
-        torch.manual_seed(cfg.run.seed)
+        torch.manual_seed(cfg.run.training_seed)
         built = model is None
         if built:
             model, tokenizer = build_model(cfg)
@@ -75,7 +75,7 @@ class Trainer(UpdatePhase):
                              self.sharding) if cfg.critic.enabled else None
         model.zero_grad(set_to_none=True)  # gradients a warm start left would join the first step's
         if cfg.model.lora is not None and not is_lora(model):
-            model = add_lora(model, cfg.model.lora, seed=cfg.run.seed)
+            model = add_lora(model, cfg.model.lora, seed=cfg.run.training_seed)
         self.ref_model, self._ref_on_disk = self._reference(model, base_from_path=built and bool(cfg.model.path))
         optimizer, self.scheduler = build_optimizer(cfg, model)
         if ds.active(self.acc):
@@ -87,7 +87,7 @@ class Trainer(UpdatePhase):
         self.timer = PhaseTimer()
         self.collector = Collector(
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
-            filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.seed,
+            filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
             sampler=self.parts["sampler"], reference=self.ref_model, reward_functions=self.parts["reward_functions"],
             rows_over_ranks=lambda rows: rows_over_ranks(self.acc, rows))

@@ -90,13 +90,18 @@ def test_unknown_baseline_is_an_error(report, tmp_path):
 
 
 def test_comparison_file_baseline_and_default_seeds(tmp_path):
-    from rlvr.compare.config import load_compare
+    from rlvr.compare.config import DEFAULT_EVAL_PROBLEMS, load_compare
     from rlvr.train.config import ConfigError
 
     path = tmp_path / "cmp.yaml"
     path.write_text("methods: {grpo: {preset: grpo}, dapo: {preset: dapo}}\nbudget: {steps: 2}\nbaseline: dapo\n")
     cfg = load_compare(path)
-    assert cfg.baseline == "dapo" and cfg.seeds == (0, 1, 2, 3, 4)
+    assert cfg.baseline == "dapo" and cfg.seeds == tuple(range(10))  # a new file: 10 seeds
+    assert cfg.run_config(cfg.methods[0], 0).run.eval_problems == DEFAULT_EVAL_PROBLEMS == 1000
+    path.write_text("methods: {grpo: {preset: grpo}}\nbudget: {steps: 2}\nseeds: [3, 4]\n"
+                    "base: {run: {eval_problems: 100}}\n")
+    cfg = load_compare(path)  # files that set them keep their seeds and evaluation size
+    assert cfg.seeds == (3, 4) and cfg.run_config(cfg.methods[0], 3).run.eval_problems == 100
     path.write_text("methods: {grpo: {preset: grpo}}\nbudget: {steps: 2}\nbaseline: gspo\n")
     with pytest.raises(ConfigError, match="baseline 'gspo' is not one of the methods"):
         load_compare(path)
