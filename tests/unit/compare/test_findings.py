@@ -77,10 +77,14 @@ def test_rl_seed_offset_changes_only_the_rl_seed_and_is_recorded(tmp_path):
 
 
 def test_an_unset_rl_seed_does_not_change_a_saved_run(tmp_path):
+    from rlvr.train.config import load_config, to_dict
     cfg = CompareConfig(out_dir=tmp_path, base={}, methods=(Method("grpo"),), seeds=(0,), budget={"rollouts": 64})
-    saved = {"run": {"seed": 0, "steps": 5}}  # a config.yaml written before rl_seed existed
-    assert config_changes(saved, {"run": {"seed": 0, "steps": 5, "rl_seed": None}}, cfg, 0) == []
-    assert config_changes(saved, {"run": {"seed": 0, "steps": 5, "rl_seed": 7}}, cfg, 0) == ["run.rl_seed"]
+    tree = to_dict(load_config(None, [f"run.out_dir={tmp_path}", "run.seed=0", "run.steps=5"]))
+    assert tree["run"]["rl_seed"] is None
+    saved = {**tree, "run": {k: v for k, v in tree["run"].items() if k != "rl_seed"}}  # written before rl_seed
+    assert config_changes(saved, tree, cfg, 0) == []
+    seeded = {**tree, "run": {**tree["run"], "rl_seed": 7}}
+    assert config_changes(saved, seeded, cfg, 0) == ["run.rl_seed"]
 
 
 def test_findings_pair_problems_where_both_runs_saved_outcomes():
