@@ -180,8 +180,27 @@ class OptimConfig:
                                    "update's rows, sorted by length, into up to this many micro-batches of at "
                                    "least 8 rows, each cut to its own longest row (exact up to float rounding; "
                                    "fewer padded positions for a forward/backward more each; 1 = off)")
+    packing: str = param("auto", "padding-free passes: each micro-batch's rows in one sequence, positions "
+                                 "restarting per row, attention kept within rows (exact up to float "
+                                 "rounding). auto = where the model takes packed rows and its attention "
+                                 "computes each row alone (flash_attention_2/3); sdpa and eager compute a "
+                                 "pack's whole L x L score matrix, measured slower than padded passes on "
+                                 "CPU with the tiny models, so auto leaves them padded; on = pack with "
+                                 "sdpa/eager too (an error where the model cannot); off = padded")
+    max_tokens_per_micro_batch: int = param(0, "token budget of each update micro-batch (0 = micro-batches by "
+                                               "rows: micro_batch_size, length_buckets): rows longest first; "
+                                               "packed, as many rows as their tokens fit; padded, as many as "
+                                               "rows x the longest fit; a longer row gets one of its own")
+    max_tokens_per_scoring_pass: int = param(0, "the same token budget for each no-grad scoring forward "
+                                                "(reference, behaviour/old log-probs, entropy); 0 = forwards "
+                                                "by rows (rollout.micro_batch_size)")
 
     def __post_init__(self) -> None:
+        if self.packing not in ("auto", "on", "off"):
+            raise ValueError(f"optim.packing must be auto | on | off, got '{self.packing}'")
+        if self.max_tokens_per_micro_batch < 0 or self.max_tokens_per_scoring_pass < 0:
+            raise ValueError(f"optim.max_tokens_per_micro_batch and optim.max_tokens_per_scoring_pass must be "
+                             f">= 0, got {self.max_tokens_per_micro_batch}, {self.max_tokens_per_scoring_pass}")
         if self.length_buckets < 1:
             raise ValueError(f"optim.length_buckets must be >= 1, got {self.length_buckets}")
         if self.mini_batches < 1 or self.ppo_epochs < 1:
