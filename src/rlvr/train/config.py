@@ -185,8 +185,8 @@ class OptimConfig:
                                  "rounding). auto = where the model takes packed rows and its attention "
                                  "computes each row alone (flash_attention_2/3); sdpa and eager compute a "
                                  "pack's whole L x L score matrix, measured slower than padded passes on "
-                                 "CPU with the tiny models, so auto leaves them padded; on = pack with "
-                                 "sdpa/eager too (an error where the model cannot); off = padded")
+                                 "CPU with the tiny models, so auto leaves them padded; always = pack "
+                                 "with sdpa/eager too (an error where the model cannot); never = padded")
     max_tokens_per_micro_batch: int = param(0, "token budget of each update micro-batch (0 = micro-batches by "
                                                "rows: micro_batch_size, length_buckets): rows longest first; "
                                                "packed, as many rows as their tokens fit; padded, as many as "
@@ -196,8 +196,8 @@ class OptimConfig:
                                                 "by rows (rollout.micro_batch_size)")
 
     def __post_init__(self) -> None:
-        if self.packing not in ("auto", "on", "off"):
-            raise ValueError(f"optim.packing must be auto | on | off, got '{self.packing}'")
+        if self.packing not in ("auto", "always", "never"):
+            raise ValueError(f"optim.packing must be auto | always | never, got '{self.packing}'")
         if self.max_tokens_per_micro_batch < 0 or self.max_tokens_per_scoring_pass < 0:
             raise ValueError(f"optim.max_tokens_per_micro_batch and optim.max_tokens_per_scoring_pass must be "
                              f">= 0, got {self.max_tokens_per_micro_batch}, {self.max_tokens_per_scoring_pass}")

@@ -117,20 +117,20 @@ class UpdatePhase:
         return UpdatePlan(o.micro_batch_size, keep, lengths, o.length_buckets, budget=budget)
 
     def _packs(self, model: torch.nn.Module, batch: Rollouts) -> bool:
-        """Whether passes of ``model`` over ``batch`` are packed (``optim.packing``): ``on`` packs and
+        """Whether passes of ``model`` over ``batch`` are packed (``optim.packing``): ``always`` packs and
         fails where the model or the batch cannot take it; ``auto`` packs where it can and the
         attention implementation computes each row alone (flash-attention; sdpa and eager would
         compute the pack's whole L x L score matrix, slower than padding on CPU: benchmarks/
-        step_speed.py); ``off`` never packs."""
+        step_speed.py); ``never`` never packs."""
         mode = self.cfg.optim.packing
-        if mode == "off":
+        if mode == "never":
             return False
         reason = packing_unsupported(model) or packing_problem(batch.prompt_mask, batch.attention,
                                                                batch.completion_mask)
-        if mode == "on" and reason is not None:
-            raise ConfigError(f"optim.packing=on cannot pack this pass: {reason}; optim.packing=auto falls "
+        if mode == "always" and reason is not None:
+            raise ConfigError(f"optim.packing=always cannot pack this pass: {reason}; optim.packing=auto falls "
                               f"back to padded micro-batches (optim.micro_batch_size, optim.trim_padding)")
-        return reason is None and (mode == "on" or attention_implementation(model) in ROW_WISE_ATTENTION)
+        return reason is None and (mode == "always" or attention_implementation(model) in ROW_WISE_ATTENTION)
 
     def _needs_every_row(self) -> bool:
         """True when a row with zero advantage may still move the loss: the objective (KL, entropy
