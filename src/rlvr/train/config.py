@@ -432,6 +432,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin is list and isinstance(value, list):  # list[float], list[dict]: plain items, each checked
         item = typing.get_args(hint)[0]
         return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if hint is str and isinstance(value, bool):  # YAML reads on/off/yes/no as booleans
+        raise ConfigError(f"{where}: expected a string, got the boolean {value!r} (YAML reads on/off/yes/no "
+                          f"as booleans: quote the word)")
     if hint in (int, str, bool, dict) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
         raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
     return value
