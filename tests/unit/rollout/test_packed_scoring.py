@@ -118,3 +118,17 @@ def test_a_lora_reference_is_looked_through(policy):
     from rlvr.models.lora_spec import LoraSpec
     lora = add_lora(copy.deepcopy(policy), LoraSpec(r=2, alpha=4))
     assert packing_unsupported(lora) is None and packing_unsupported(AdapterDisabled(lora)) is None
+
+
+def test_eager_attention_packs_block_diagonally_too(policy):
+    eager = copy.deepcopy(policy)
+    eager.config._attn_implementation = "eager"
+    prompt_ids, prompt_mask, completion_ids, attention = _rows(policy.config.vocab_size)
+    other = completion_ids.clone()
+    other[1] = (other[1] + 1) % policy.config.vocab_size * attention[1]
+    with torch.no_grad():
+        padded, _ = sequence_logprobs(eager, prompt_ids, prompt_mask, completion_ids, attention)
+        packed, _ = packed_logprobs(eager, prompt_ids, prompt_mask, completion_ids, attention)
+        changed, _ = packed_logprobs(eager, prompt_ids, prompt_mask, other, attention)
+    _close(packed[attention], padded[attention])
+    _close(changed[2], packed[2])
