@@ -6,7 +6,8 @@ fresh process:
 
 - ``fp32``, ``bf16_gc`` (bf16 autocast, float32 master weights, gradient checkpointing), ``lora``
   (r 16 on every decoder linear layer, float32) and ``bf16_gc_hf`` (the ``hf`` generation engine):
-  GRPO steps of rlvr's trainer (sdpa attention), seconds per step, generation tokens/s (completion
+  GRPO steps of rlvr's trainer (sdpa attention; every row computed, ``skip_zero_rows=false``,
+  since a random model's rewards are all 0 and TRL computes every row), seconds per step, generation tokens/s (completion
   tokens over the rollout phase), update tokens/s (positions over forward + backward) and peak
   memory (``torch.cuda.max_memory_allocated`` on a GPU, the peak resident set on CPU);
 - ``trl_bf16_gc``: TRL's ``GRPOTrainer`` on the same model and prompts with the same precision
@@ -81,7 +82,8 @@ def _config(args: argparse.Namespace, setting: str, example: Path, out: Path):
                  "task.params.verifier=numeric", f"rollout.prompts_per_step={args.prompts}",
                  f"rollout.group_size={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",
                  f"run.steps={args.steps + 1}", f"run.out_dir={out}", "run.save_every=0", "run.log_samples=0",
-                 "run.eval_every=0", f"optim.max_tokens_per_micro_batch={args.max_tokens if setting.startswith('update') else 0}",
+                 "run.eval_every=0", "optim.skip_zero_rows=false",  # a random model: every reward 0, rows kept
+                 f"optim.max_tokens_per_micro_batch={args.max_tokens if setting.startswith('update') else 0}",
                  *SETTINGS[setting]]
     return load_config(ROOT / "configs" / "examples" / "qwen2_grpo.yaml", overrides)
 
@@ -110,7 +112,8 @@ def rlvr_worker(args: argparse.Namespace, setting: str, example: Path, out: Path
         gen.append(int(batch.attention.sum()) / max(metrics.get("timing/rollout", 0.0), 1e-9))
         compute = metrics.get("timing/forward", 0.0) + metrics.get("timing/backward", 0.0)
         upd.append(metrics.get("update/tokens", 0.0) / max(compute, 1e-9))
-    return {"s_per_step": round(statistics.median(spans), 4), "generation_tokens_per_s": round(statistics.median(gen), 1),
+    return {"s_per_step": round(statistics.median(spans), 4),
+            "generation_tokens_per_s": round(statistics.median(gen), 1),
             "update_tokens_per_s": round(statistics.median(upd), 1), "peak_memory_mb": round(_peak_memory_mb(), 1),
             "update_padding_frac": round(metrics.get("update/padding_frac", float("nan")), 3),
             "trainable_parameters": sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad),
@@ -177,16 +180,18 @@ def trl_worker(args: argparse.Namespace, setting: str, example: Path, out: Path)
 
     config = GRPOConfig(output_dir=str(out), use_cpu=not cuda, bf16=cuda, gradient_checkpointing=True,
                         report_to=[], save_strategy="no", logging_steps=10**6, disable_tqdm=True,
-                        max_steps=args.steps + 1, learning_rate=1e-5, per_device_train_batch_size=args.prompts * args.group,
+                        max_steps=args.steps + 1, learning_rate=1e-5,
+                        per_device_train_batch_size=args.prompts * args.group,
                         num_generations=args.group, max_completion_length=args.max_new_tokens, temperature=1.0,
                         beta=0.0, loss_type="dapo", dataloader_num_workers=0)
     model = AutoModelForCausalLM.from_pretrained(example / "model", torch_dtype=torch.float32,
                                                  attn_implementation="sdpa")
     tokenizer = AutoTokenizer.from_pretrained(example / "model")
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=config,
-                          train_dataset=data, processing_class=tokenizer, callbacks=[Clock()])
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions),
+                          args=config, train_dataset=data, processing_class=tokenizer, callbacks=[Clock()])
     trainer.train()
-    return {"s_per_step": round(statistics.median(spans[1:] or spans), 4), "peak_memory_mb": round(_peak_memory_mb(), 1),
+    return {"s_per_step": round(statistics.median(spans[1:] or spans), 4),
+            "peak_memory_mb": round(_peak_memory_mb(), 1),
             "note": "reward 0 everywhere (random model); precision bf16 + gradient checkpointing on a GPU"}
 
 
@@ -273,7 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         report["runs"] = {s: run(args, s, example, Path(tmp)) for s in args.settings}
     runs = report["runs"]
     if "s_per_step" in runs.get("bf16_gc", {}) and "s_per_step" in runs.get("trl_bf16_gc", {}):
-        report["ratio_rlvr_over_trl_bf16_gc"] = round(runs["bf16_gc"]["s_per_step"] / runs["trl_bf16_gc"]["s_per_step"], 3)
+        report["ratio_rlvr_over_trl_bf16_gc"] = round(
+            runs["bf16_gc"]["s_per_step"] / runs["trl_bf16_gc"]["s_per_step"], 3)
     if "s_per_update" in runs.get("update_packed", {}) and "s_per_update" in runs.get("update_padded", {}):
         report["ratio_packed_over_padded_update"] = round(
             runs["update_packed"]["s_per_update"] / runs["update_padded"]["s_per_update"], 3)
