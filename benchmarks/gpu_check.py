@@ -7,8 +7,9 @@ fresh process:
 - ``fp32``, ``bf16_gc`` (bf16 autocast, float32 master weights, gradient checkpointing), ``lora``
   (r 16 on every decoder linear layer, float32) and ``bf16_gc_hf`` (the ``hf`` generation engine):
   GRPO steps of rlvr's trainer (sdpa attention; every row computed, ``skip_zero_rows=false``,
-  since a random model's rewards are all 0 and TRL computes every row), seconds per step, generation tokens/s (completion
-  tokens over the rollout phase), update tokens/s (positions over forward + backward) and peak
+  since a random model's rewards are all 0 and TRL computes every row), seconds per step,
+  generation tokens/s (completion tokens over the rollout phase), update tokens/s (positions over
+  forward + backward) and peak
   memory (``torch.cuda.max_memory_allocated`` on a GPU, the peak resident set on CPU);
 - ``trl_bf16_gc``: TRL's ``GRPOTrainer`` on the same model and prompts with the same precision
   settings (skipped, with the reason, where trl or datasets cannot be imported);
