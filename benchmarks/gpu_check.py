@@ -9,8 +9,8 @@ fresh process:
   GRPO steps of rlvr's trainer (sdpa attention; every row computed, ``skip_zero_rows=false``,
   since a random model's rewards are all 0 and TRL computes every row), seconds per step,
   generation tokens/s (completion tokens over the rollout phase), update tokens/s (positions over
-  forward + backward) and peak
-  memory (``torch.cuda.max_memory_allocated`` on a GPU, the peak resident set on CPU);
+  forward + backward) and peak memory (``torch.cuda.max_memory_allocated`` on a GPU, the peak
+  resident set on CPU);
 - ``trl_bf16_gc``: TRL's ``GRPOTrainer`` on the same model and prompts with the same precision
   settings (skipped, with the reason, where trl or datasets cannot be imported);
 - ``update_packed`` / ``update_padded``: the update alone on one fixed batch whose completion
