@@ -16,12 +16,24 @@ Two regimes of the shared starting model: ``--regime zero`` (default) warm-start
 ``--sft-steps`` (100) steps, so almost every completion is wrong (pure throughput, nearly every group
 unanimous); ``--regime learning`` warm-starts it as ``rlvr quickstart`` does (at least 400 steps,
 until 20 % greedy validation accuracy), so the batch reward is between about 0.15 and 0.6 and groups
-carry signal. For each framework the report gives the update's work per step: the fraction of rows
-left out of the training forward/backward (rlvr's ``optim.skip_zero_rows``; TRL computes every row),
-the fraction of the positions it computed that were padding, and the positions computed.
+carry signal; ``--regime long`` starts from the untrained model (no warm start) with a 400-token cap,
+so completions end wherever the random policy samples eos (lengths spread over more than 10x in one
+batch, padding most of a padded pass) and rlvr computes every row (``optim.skip_zero_rows=false``:
+every group is unanimous there, and the regime measures the update's work, not its signal).
+For each framework the report gives the update's work per step: the fraction of rows left out of
+the training forward/backward (rlvr's ``optim.skip_zero_rows``; TRL computes every row), the fraction
+of the positions it computed that were padding, the positions computed against the real tokens
+among them, and for rlvr the update's peak resident memory above its start (``VmHWM`` reset before
+each update, Linux only).
+
+``--packing`` sets rlvr's ``optim.packing`` (``always``: packed, padding-free passes; ``never``:
+padded and trimmed; ``auto``, the default, packs only with flash-attention, so the tiny CPU models run
+padded) and ``--max-tokens`` its token budget per update micro-batch and scoring pass (0 = none).
 
     python benchmarks/step_speed.py            # prints one JSON object on stdout
     python benchmarks/step_speed.py --regime learning --repeats 2
+    python benchmarks/step_speed.py --regime learning --only rlvr --packing always
+    python benchmarks/step_speed.py --regime long --only rlvr --packing always --max-tokens 1024
 """
 
 from __future__ import annotations
@@ -51,12 +63,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before the timed ones")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step (B)")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="completion length cap (T)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="completion length cap T (48; long: 400)")
     p.add_argument("--lr", type=float, default=1e-4, help="constant AdamW learning rate")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads per process")
-    p.add_argument("--regime", choices=("zero", "learning"), default="zero",
+    p.add_argument("--regime", choices=("zero", "learning", "long"), default="zero",
                    help="zero: --sft-steps of warm start (reward ~0, pure throughput); learning: the quickstart's "
-                        "warm start (>= 400 steps until 20%% validation accuracy; --sft-steps is ignored)")
+                        "warm start (>= 400 steps until 20%% validation accuracy; --sft-steps is ignored); long: "
+                        "no warm start, a 400-token cap, every row computed (completion lengths spread > 10x)")
+    p.add_argument("--packing", choices=("auto", "always", "never"), default="auto", help="rlvr's optim.packing")
+    p.add_argument("--max-tokens", type=int, default=0,
+                   help="rlvr's optim.max_tokens_per_micro_batch and max_tokens_per_scoring_pass (0 = rows)")
     p.add_argument("--sft-steps", type=int, default=100, help="warm-start steps for the shared starting model")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
@@ -69,7 +85,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--worker", choices=("rlvr", "trl"), default=None, help=argparse.SUPPRESS)
     p.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 400 if args.regime == "long" else 48
+    if args.regime == "long":
+        args.sft_steps = 0
+    return args
 
 
 # --- the shared starting model -------------------------------------------------------------
@@ -128,7 +149,9 @@ def run_rlvr(args: argparse.Namespace) -> dict[str, Any]:
         "rollout": {"prompts_per_step": args.prompts, "group_size": args.group,
                     "max_new_tokens": args.max_new_tokens, "temperature": 1.0},
         "algorithm": {"loss": {"name": "ppo_clip"}, "aggregation": {"mode": "token-mean"}, "kl_coef": 0.0},
-        "optim": {"lr": args.lr, "schedule": "constant", "grad_clip": 1.0, "ppo_epochs": 1, "micro_batch_size": 0},
+        "optim": {"lr": args.lr, "schedule": "constant", "grad_clip": 1.0, "ppo_epochs": 1, "micro_batch_size": 0,
+                  "packing": args.packing, "max_tokens_per_micro_batch": args.max_tokens,
+                  "max_tokens_per_scoring_pass": args.max_tokens, "skip_zero_rows": args.regime != "long"},
         "run": {"steps": args.warmup + args.steps, "seed": args.seed, "out_dir": str(out_dir), "eval_every": 0,
                 "save_every": 0, "log_samples": 0, "threads": args.threads},
     }
@@ -145,14 +168,48 @@ def run_rlvr(args: argparse.Namespace) -> dict[str, Any]:
         spans.append(time.perf_counter() - t0)
         return result
 
-    trainer.train_step = timed_step
+    peaks: list[float] = []
+    spread: list[list[int]] = []  # per step: shortest and longest completion of the batch
+    update = trainer.update
+
+    def measured_update(batch):  # the update's peak resident memory above its start
+        lengths = batch.attention.sum(-1)
+        spread.append([int(lengths.min()), int(lengths.max())])
+        start = _reset_peak_rss()
+        result = update(batch)
+        peaks.append(_peak_rss_mb() - start if start is not None else float("nan"))
+        return result
+
+    trainer.train_step, trainer.update = timed_step, measured_update
     trainer.train()
     rows = read_metrics(out_dir)[args.warmup:]
     return {"spans": spans[args.warmup:], "loop": _intervals(starts)[args.warmup:],
             "timing": [{k[len("timing/"):]: v for k, v in r.items() if k.startswith("timing/")} for r in rows],
             "response_length": [r.get("rollout/response_length") for r in rows],
-            "reward": [r.get("reward/mean") for r in rows],
+            "reward": [r.get("reward/mean") for r in rows], "update_peak_rss_mb": peaks[args.warmup:],
+            "completion_len_min_max": spread[args.warmup:],
             **{key: [r.get(f"update/{name}") for r in rows] for key, name in WORK.items()}}
+
+
+def _status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024  # kB
+    raise KeyError(field)
+
+
+def _reset_peak_rss() -> float | None:
+    """Reset this process's peak resident set (``VmHWM``) to its current size; that size in MB (None
+    where /proc does not allow it)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return _status_mb("VmRSS")
+    except (OSError, KeyError):
+        return None
+
+
+def _peak_rss_mb() -> float:
+    return _status_mb("VmHWM")
 
 
 # --- TRL worker ----------------------------------------------------------------------------
@@ -264,6 +321,7 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
     n = args.prompts * args.group
     out: dict[str, Any] = {"setting": {"prompts": args.prompts, "group": args.group, "completions_per_step": n,
                                        "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+                                       "packing": args.packing, "max_tokens": args.max_tokens,
                                        "warmup_steps": args.warmup, "timed_steps": args.steps, **info}}
     for name, res in results.items():
         med = statistics.median(res["spans"])
@@ -274,7 +332,13 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
                      "mean_reward": round(_mean(res["reward"]), 3),
                      "update_skipped_row_frac": round(_mean(res["skipped_row_frac"]), 3),
                      "update_padding_frac": round(_mean(res["padding_frac"]), 3),
-                     "update_tokens_per_step": round(_mean(res["tokens"]), 1)}
+                     "update_tokens_per_step": round(_mean(res["tokens"]), 1),
+                     "update_real_tokens_per_step": round(_mean([t * (1 - p) for t, p in
+                                                                 zip(res["tokens"], res["padding_frac"])]), 1)}
+        if res.get("completion_len_min_max"):
+            out[name]["completion_len_min_max_per_step"] = res["completion_len_min_max"]
+        if res.get("update_peak_rss_mb"):
+            out[name]["update_peak_rss_mb_above_start"] = round(max(res["update_peak_rss_mb"]), 1)
     if "rlvr" in results:
         out["rlvr"]["split"] = rlvr_split(results["rlvr"])
     if len(results) == 2:
@@ -298,7 +362,8 @@ def run_worker(args: argparse.Namespace, name: str, folder: Path) -> dict[str, A
 
 
 def _forward_args(args: argparse.Namespace) -> list[str]:
-    keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed", "regime")
+    keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed", "regime", "packing",
+            "max_tokens", "sft_steps")
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
 
 

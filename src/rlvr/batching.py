@@ -1,5 +1,6 @@
 """Joining and splitting ``Rollouts``: concatenation with re-padding, micro-batches by rows, and the
-update's micro-batch plan (rows left out, rows sorted by length, padding trimmed)."""
+update's micro-batch plan (rows left out, rows sorted by length, padding trimmed, or rows packed
+under a token budget: ``rlvr.packing``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rlvr.packing import packed_lengths, plan_token_budget
 from rlvr.types import BatchError, Rollouts
 
 _LEFT_PADDED = ("prompt_ids", "prompt_mask")  # prompts are left-padded, everything (N, T) right-padded
@@ -119,6 +121,17 @@ def trim_padding(batch: Rollouts) -> Rollouts:
     return dataclasses.replace(batch, **cut)
 
 
+def kept_rows(rows: Tensor, keep: Tensor | None, lengths: Tensor | None = None) -> Tensor:
+    """The rows of ``rows`` where ``keep`` (N,) is True (all without it); if none is, the one row with
+    the fewest ``lengths`` (the first without them) stays: every rank must still run one backward."""
+    if keep is None:
+        return rows
+    kept = rows[keep[rows]]
+    if kept.numel() == 0:
+        kept = rows[:1] if lengths is None else rows[lengths[rows].argmin()].view(1)
+    return kept
+
+
 BUCKET_ROWS = 8  # fewest rows of a length bucket: smaller ones cost more in passes than they save in padding
 
 
@@ -134,11 +147,7 @@ def plan_micro_batches(rows: Tensor, size: int, *, keep: Tensor | None = None,
     count, each of at least ``BUCKET_ROWS`` rows.
     With neither, the consecutive micro-batches of ``micro_batches``.
     """
-    if keep is not None:
-        kept = rows[keep[rows]]
-        if kept.numel() == 0:
-            kept = rows[:1] if lengths is None else rows[lengths[rows].argmin()].view(1)
-        rows = kept
+    rows = kept_rows(rows, keep, lengths)
     one = size <= 0 or size >= rows.numel()
     parts = min(buckets, rows.numel() // BUCKET_ROWS) if one else 0  # length buckets of one micro-batch
     if lengths is None or (one and parts <= 1):  # row order stays as it was
@@ -149,17 +158,42 @@ def plan_micro_batches(rows: Tensor, size: int, *, keep: Tensor | None = None,
     return [rows[idx] for idx in micro_batches(rows.numel(), size)]
 
 
+def plan_padded_budget(rows: Tensor, lengths: Tensor, budget: int) -> list[Tensor]:
+    """Padded micro-batches of ``rows`` within ``budget`` positions each: rows longest first, each
+    micro-batch as many consecutive rows as fit ``rows × its longest row`` (trimmed by
+    ``trim_padding``) in the budget, at least one (a longer row gets one of its own)."""
+    if budget <= 0:
+        raise BatchError(f"plan_padded_budget: the token budget must be positive, got {budget}")
+    order = rows[torch.sort(lengths[rows], descending=True, stable=True).indices]
+    out, start = [], 0
+    sizes = lengths[order].tolist()
+    while start < len(sizes):
+        take = max(1, budget // max(sizes[start], 1))  # the first row is the micro-batch's longest
+        out.append(order[start:start + take])
+        start += take
+    return out
+
+
 class UpdatePlan:
     """One batch's micro-batch plan: which rows a pass computes (``keep``), in what order
-    (``lengths``: longest first, each micro-batch trimmed to its own longest row), and what it
-    computed (rows, positions and real tokens, for the ``update/…`` metrics)."""
+    (``lengths``: longest first, each micro-batch trimmed to its own longest row), whether each
+    micro-batch is one packed, padding-free sequence (``packed``), how large a micro-batch may be
+    (``budget`` > 0: at most that many positions, packed or padded, instead of ``size`` rows), and
+    what it computed (rows, positions and real tokens, for the ``update/…`` metrics)."""
 
     def __init__(self, size: int, keep: Tensor | None = None, lengths: Tensor | None = None,
-                 buckets: int = 1) -> None:
+                 buckets: int = 1, budget: int = 0, packed: bool = False) -> None:
+        if (packed or budget > 0) and lengths is None:
+            raise BatchError("UpdatePlan: packing and a token budget need the rows' lengths")
         self.size, self.keep, self.lengths, self.buckets = size, keep, lengths, buckets
+        self.budget, self.packed = budget, packed
         self.rows = self.positions = self.real = 0
 
     def micro_batches(self, rows: Tensor) -> list[Tensor]:
+        if self.budget > 0:
+            kept = kept_rows(rows, self.keep, self.lengths)
+            plan = plan_token_budget if self.packed else plan_padded_budget
+            return plan(kept, self.lengths, self.budget)
         return plan_micro_batches(rows, self.size, keep=self.keep, lengths=self.lengths, buckets=self.buckets)
 
     def view(self, batch: Rollouts, rows: Tensor) -> Rollouts:
@@ -169,7 +203,10 @@ class UpdatePlan:
 
     def count(self, part: Rollouts) -> None:
         self.rows += part.num_rows
-        self.positions += part.num_rows * (part.prompt_ids.shape[1] + part.completion_ids.shape[1])
+        if self.packed:  # one padding-free sequence
+            self.positions += int(packed_lengths(part.prompt_mask, part.attention).sum())
+        else:
+            self.positions += part.num_rows * (part.prompt_ids.shape[1] + part.completion_ids.shape[1])
         self.real += int(part.prompt_mask.sum()) + int(part.attention.sum())
 
     def metrics(self, planned_rows: int) -> dict[str, float]:

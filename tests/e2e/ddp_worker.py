@@ -41,7 +41,8 @@ def run_fixed(trainer: Trainer, mask_cut: bool = False, savings: bool = False) -
     loss = torch.tensor(metrics["loss/total"])
     if acc.num_processes > 1:  # each rank holds its share of the global loss (scaled by dp_size)
         loss = acc.reduce(loss, reduction="mean")
-    return {"loss": loss.item(), "skipped": metrics["update/skipped_row_frac"]}
+    return {"loss": loss.item(), "skipped": metrics["update/skipped_row_frac"],
+            "padding": metrics["update/padding_frac"]}
 
 
 class StopOnLastRank:

@@ -198,8 +198,27 @@ class OptimConfig:
                                    "update's rows, sorted by length, into up to this many micro-batches of at "
                                    "least 8 rows, each cut to its own longest row (exact up to float rounding; "
                                    "fewer padded positions for a forward/backward more each; 1 = off)")
+    packing: str = param("auto", "padding-free passes: each micro-batch's rows in one sequence, positions "
+                                 "restarting per row, attention kept within rows (exact up to float "
+                                 "rounding). auto = where the model takes packed rows and its attention "
+                                 "computes each row alone (flash_attention_2/3); sdpa and eager compute a "
+                                 "pack's whole L x L score matrix, measured slower than padded passes on "
+                                 "CPU with the tiny models, so auto leaves them padded; always = pack "
+                                 "with sdpa/eager too (an error where the model cannot); never = padded")
+    max_tokens_per_micro_batch: int = param(0, "token budget of each update micro-batch (0 = micro-batches by "
+                                               "rows: micro_batch_size, length_buckets): rows longest first; "
+                                               "packed, as many rows as their tokens fit; padded, as many as "
+                                               "rows x the longest fit; a longer row gets one of its own")
+    max_tokens_per_scoring_pass: int = param(0, "the same token budget for each no-grad scoring forward "
+                                                "(reference, behaviour/old log-probs, entropy); 0 = forwards "
+                                                "by rows (rollout.micro_batch_size)")
 
     def __post_init__(self) -> None:
+        if self.packing not in ("auto", "always", "never"):
+            raise ValueError(f"optim.packing must be auto | always | never, got '{self.packing}'")
+        if self.max_tokens_per_micro_batch < 0 or self.max_tokens_per_scoring_pass < 0:
+            raise ValueError(f"optim.max_tokens_per_micro_batch and optim.max_tokens_per_scoring_pass must be "
+                             f">= 0, got {self.max_tokens_per_micro_batch}, {self.max_tokens_per_scoring_pass}")
         if self.length_buckets < 1:
             raise ValueError(f"optim.length_buckets must be >= 1, got {self.length_buckets}")
         if self.mini_batches < 1 or self.ppo_epochs < 1:
@@ -452,6 +471,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin is list and isinstance(value, list):  # list[float], list[dict]: plain items, each checked
         item = typing.get_args(hint)[0]
         return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if hint is str and isinstance(value, bool):  # YAML reads on/off/yes/no as booleans
+        raise ConfigError(f"{where}: expected a string, got the boolean {value!r} (YAML reads on/off/yes/no "
+                          f"as booleans: quote the word)")
     if hint in (int, str, bool, dict) and (not isinstance(value, hint) or (hint is int and isinstance(value, bool))):
         raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
     return value

@@ -26,6 +26,12 @@ Two exact savings plan the micro-batches (``rlvr.batching.UpdatePlan``), each on
   each trimmed on its own (measured in benchmarks/step_speed.py: padding 24 % → 10 % of the update's
   positions in the quickstart regime).
 
+- ``optim.packing`` (``auto``: where the model takes it): each micro-batch is one padding-free
+  sequence (``rlvr.packing``, ``rlvr.rollout.scoring.packed_logprobs``), of at most
+  ``optim.max_tokens_per_micro_batch`` tokens where that is set; the no-grad scoring passes likewise
+  (``optim.max_tokens_per_scoring_pass``). The loss sees the same (n, T') tensors as a trimmed
+  micro-batch and the same global normalisers, so only float rounding changes.
+
 ``update/skipped_row_frac``, ``update/padding_frac`` and ``update/tokens`` report what the update
 computed (all epochs and mini-batches of the step).
 """
@@ -41,7 +47,9 @@ import torch
 from rlvr.batching import UpdatePlan, mini_batches, row_lengths
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
-from rlvr.rollout.scoring import sequence_logprobs
+from rlvr.packing import packed_lengths, packing_problem
+from rlvr.rollout.scoring import (ROW_WISE_ATTENTION, attention_implementation, packed_logprobs,
+                                  packing_unsupported, sequence_logprobs)
 from rlvr.rollout.lockstep import forward_count
 from rlvr.train.config import ConfigError
 from rlvr.train.precision import autocast
@@ -101,8 +109,28 @@ class UpdatePhase:
         keep = None
         if o.skip_zero_rows and not self._needs_every_row():
             keep = ((batch.advantages != 0) & batch.completion_mask).any(-1)  # (N,) rows with any gradient
-        return UpdatePlan(o.micro_batch_size, keep, row_lengths(batch) if o.trim_padding else None,
-                          o.length_buckets)
+        if self._packs(self.policy, batch):
+            return UpdatePlan(o.micro_batch_size, keep, packed_lengths(batch.prompt_mask, batch.attention),
+                              o.length_buckets, budget=o.max_tokens_per_micro_batch, packed=True)
+        budget = o.max_tokens_per_micro_batch
+        lengths = row_lengths(batch) if o.trim_padding or budget else None
+        return UpdatePlan(o.micro_batch_size, keep, lengths, o.length_buckets, budget=budget)
+
+    def _packs(self, model: torch.nn.Module, batch: Rollouts) -> bool:
+        """Whether passes of ``model`` over ``batch`` are packed (``optim.packing``): ``always`` packs and
+        fails where the model or the batch cannot take it; ``auto`` packs where it can and the
+        attention implementation computes each row alone (flash-attention; sdpa and eager would
+        compute the pack's whole L x L score matrix, slower than padding on CPU: benchmarks/
+        step_speed.py); ``never`` never packs."""
+        mode = self.cfg.optim.packing
+        if mode == "never":
+            return False
+        reason = packing_unsupported(model) or packing_problem(batch.prompt_mask, batch.attention,
+                                                               batch.completion_mask)
+        if mode == "always" and reason is not None:
+            raise ConfigError(f"optim.packing=always cannot pack this pass: {reason}; optim.packing=auto falls "
+                              f"back to padded micro-batches (optim.micro_batch_size, optim.trim_padding)")
+        return reason is None and (mode == "always" or attention_implementation(model) in ROW_WISE_ATTENTION)
 
     def _needs_every_row(self) -> bool:
         """True when a row with zero advantage may still move the loss: the objective (KL, entropy
@@ -141,7 +169,7 @@ class UpdatePhase:
         mb = plan.view(batch, rows)  # (n, P') prompts, (n, T') completions
         t = mb.completion_mask.shape[1]
         with self.timer("forward"):
-            logp, ent = self._logprobs(self.model, mb, entropy=True)
+            logp, ent = self._logprobs(self.model, mb, entropy=True, packed=plan.packed)
         if fill_old:
             batch.old_logprobs[rows, :t] = logp.detach()
         old = batch.old_logprobs[rows, :t]
@@ -230,10 +258,13 @@ class UpdatePhase:
         return {"optim/grad_norm": total.item()}
 
     def _logprobs(self, model: torch.nn.Module, batch: Rollouts, rows: torch.Tensor | None = None,
-                  entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  entropy: bool = False, packed: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(n, T) log-probs (and entropies) of ``batch``'s rows ``rows`` (all by default), padded or
+        packed into one padding-free sequence (``packed``: the caller checked the model takes it)."""
         sel = slice(None) if rows is None else rows
+        forward = packed_logprobs if packed else sequence_logprobs
         with autocast(self.cfg, self.acc.device):
-            return sequence_logprobs(model, batch.prompt_ids[sel], batch.prompt_mask[sel], batch.completion_ids[sel],
+            return forward(model, batch.prompt_ids[sel], batch.prompt_mask[sel], batch.completion_ids[sel],
                                      batch.attention[sel], temperature=self.cfg.rollout.temperature,
                                      with_entropy=entropy, entropy_grad=entropy and self.cfg.algorithm.entropy_coef > 0)
 
@@ -241,19 +272,26 @@ class UpdatePhase:
                 model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """No-grad log-probs (and entropies) (N, T) of the batch under ``model`` (default: the current
         policy), ``rollout.micro_batch_size`` rows a forward (with ``optim.trim_padding``: rows sorted
-        by length, each forward cut to its own longest row; 0 at the cut columns, which are padding)."""
+        by length, each forward cut to its own longest row; 0 at the cut columns, which are padding).
+        With packing (``optim.packing``) each forward is one padding-free sequence, of at most
+        ``optim.max_tokens_per_scoring_pass`` tokens where that is set."""
         policy = self.policy if model is None else model
         training = policy.training
         policy.eval()
-        plan = UpdatePlan(self.cfg.rollout.micro_batch_size, None,
-                          row_lengths(batch) if self.cfg.optim.trim_padding else None)
+        o = self.cfg.optim
+        size, budget = self.cfg.rollout.micro_batch_size, o.max_tokens_per_scoring_pass
+        if self._packs(policy, batch):
+            plan = UpdatePlan(size, None, packed_lengths(batch.prompt_mask, batch.attention), budget=budget,
+                              packed=True)
+        else:
+            plan = UpdatePlan(size, None, row_lengths(batch) if o.trim_padding or budget else None, budget=budget)
         logp = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.completion_mask.device)
         ent = torch.zeros_like(logp) if entropy else None
         chunks = plan.micro_batches(torch.arange(batch.num_rows, device=logp.device))
         with torch.no_grad():
             for rows in chunks:
                 mb = plan.view(batch, rows)
-                lp, en = self._logprobs(policy, mb, entropy=entropy)
+                lp, en = self._logprobs(policy, mb, entropy=entropy, packed=plan.packed)
                 t = lp.shape[1]
                 logp[rows, :t] = lp.float()
                 if entropy:
