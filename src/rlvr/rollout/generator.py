@@ -26,6 +26,7 @@ from rlvr.rollout.weight_sync import WeightSync
 from rlvr.types import Problem, Rollouts
 
 _POLL_S = 0.2  # how often a waiting trainer checks that the worker is alive
+START_S = 120.0  # at least this long for the worker to start (spawn, imports, joining the group)
 
 
 class GeneratorError(RuntimeError):
@@ -52,7 +53,8 @@ def _worker(model: torch.nn.Module, tokenizer: Any, sampler: Any, rollout_cfg: A
         model = copy.deepcopy(model).eval()  # private memory, not the pages shared with the trainer
         for p in model.parameters():
             p.requires_grad_(False)
-        sync = WeightSync(WeightSync.client_store(port, timeout_s), 1, timeout_s, bucket_mb)
+        start_s = max(timeout_s, START_S)
+        sync = WeightSync(WeightSync.client_store(port, start_s), 1, timeout_s, bucket_mb, start_s)
         results.put(("ready", None))
         mark = time.perf_counter()
         while True:
@@ -85,17 +87,23 @@ class GeneratorProcess:
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sampler: Any, rollout_cfg: Any, version: int,
                  threads: int = 1, timeout_s: float = 300.0, bucket_mb: float = 64.0, port: int = 0) -> None:
         self.timeout_s = timeout_s
-        store = WeightSync.store(port, timeout_s)
+        start_s = max(timeout_s, START_S)
+        store = WeightSync.store(port, start_s)
         ctx = mp.get_context("spawn")
         self.commands, self.results = ctx.Queue(), ctx.Queue()
         self.proc = ctx.Process(target=_worker, daemon=True, name="rlvr-generator",
                                 args=(copy.deepcopy(model).cpu(), tokenizer, sampler, rollout_cfg, version,
                                       store.port, threads, timeout_s, bucket_mb, self.commands, self.results))
         self.proc.start()
-        self.sync_group = WeightSync(store, 0, timeout_s, bucket_mb)  # blocks until the worker joins
-        self._store = store
         self._done: dict[Any, Generated] = {}
-        self._expect("ready")
+        try:
+            self.sync_group = WeightSync(store, 0, timeout_s, bucket_mb, start_s)  # blocks until the worker joins
+        except RuntimeError as err:
+            self.close()
+            raise GeneratorError(f"the generator process did not join the weight-sync group within {start_s:g} s: "
+                                 f"{str(err).splitlines()[0]}") from None
+        self._store = store
+        self._expect("ready", start_s)
         self.version = version
 
     @property
@@ -139,15 +147,16 @@ class GeneratorProcess:
             self.proc.kill()
             self.proc.join(5.0)
 
-    def _expect(self, kind: str) -> Any:
-        msg = self._next()
+    def _expect(self, kind: str, timeout_s: float | None = None) -> Any:
+        msg = self._next(timeout_s)
         if msg[0] != kind:
             raise GeneratorError(f"generator: expected '{kind}', got '{msg[0]}'")
         return msg[1]
 
-    def _next(self) -> tuple:
+    def _next(self, timeout_s: float | None = None) -> tuple:
         """The worker's next message, or a GeneratorError once it died or ``timeout_s`` passed."""
-        deadline = time.monotonic() + self.timeout_s
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 msg = self.results.get(timeout=_POLL_S)
@@ -157,7 +166,7 @@ class GeneratorProcess:
                                          f"{self.proc.exitcode}") from None
                 if time.monotonic() > deadline:
                     raise GeneratorError(f"the generator process (pid {self.proc.pid}) sent nothing for "
-                                         f"{self.timeout_s:g} s (rollout.async_rollout.timeout_s): it hangs")
+                                         f"{timeout_s:g} s (rollout.async_rollout.timeout_s): it hangs")
                 continue
             if msg[0] == "error":
                 raise GeneratorError(f"the generator process raised:\n{msg[1]}")

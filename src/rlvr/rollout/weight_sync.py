@@ -63,11 +63,12 @@ class WeightSync:
     generator (rank 1). ``WeightSync.store(port)`` opens the trainer's store before the generator
     starts; both sides then build the group (each call blocks until the other side joins)."""
 
-    def __init__(self, store: dist.Store, rank: int, timeout_s: float, bucket_mb: float) -> None:
+    def __init__(self, store: dist.Store, rank: int, timeout_s: float, bucket_mb: float,
+                 connect_s: float | None = None) -> None:
         if rank not in (0, 1):
             raise ValueError(f"WeightSync: rank must be 0 (trainer) or 1 (generator), got {rank}")
-        opts = dist.ProcessGroupGloo._Options()
-        opts._timeout = datetime.timedelta(seconds=timeout_s)
+        opts = dist.ProcessGroupGloo._Options()  # connect_s: joining; timeout_s: each broadcast
+        opts._timeout = datetime.timedelta(seconds=max(timeout_s, connect_s or 0.0))
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
         self.group = dist.ProcessGroupGloo(dist.PrefixStore("rlvr_weight_sync", store), rank, 2, opts)
         self.rank, self.timeout = rank, datetime.timedelta(seconds=timeout_s)
@@ -81,7 +82,7 @@ class WeightSync:
                              wait_for_workers=False)
 
     @staticmethod
-    def client_store(port: int, timeout_s: float) -> dist.TCPStore:
+    def client_store(port: int, timeout_s: float = 300.0) -> dist.TCPStore:
         """The generator's connection to the trainer's store."""
         return dist.TCPStore("127.0.0.1", port, 2, False, datetime.timedelta(seconds=timeout_s))
 
@@ -94,7 +95,7 @@ class WeightSync:
         with torch.no_grad():
             for bucket in layout(tensors, self.bucket_bytes):
                 flat = torch.cat([tensors[i].detach().reshape(-1).cpu() for i in bucket.indices])  # (numel,)
-                self._pending.append((self.group.broadcast(flat, 0), flat))
+                self._pending.append((self.group.broadcast(flat, 0, self.timeout), flat))
                 total += flat.numel() * flat.element_size()
         return total
 
@@ -111,7 +112,7 @@ class WeightSync:
         with torch.no_grad():
             for bucket in layout(tensors, self.bucket_bytes):
                 flat = torch.empty(bucket.numel, dtype=bucket.dtype)  # (numel,)
-                self.group.broadcast(flat, 0).wait(self.timeout)
+                self.group.broadcast(flat, 0, self.timeout).wait(self.timeout)
                 offset = 0
                 for i in bucket.indices:
                     t = tensors[i]
