@@ -138,9 +138,9 @@ class GeneratorProcess:
         self.commands.put(("state",))
         return self._expect("state")
 
-    def close(self) -> None:
-        """Stop the worker (terminated when it does not stop within a few seconds)."""
-        if self.proc.is_alive():
+    def close(self, force: bool = False) -> None:
+        """Stop the worker (killed at once with ``force``, or when it does not stop within a few seconds)."""
+        if self.proc.is_alive() and not force:
             self.commands.put(("stop",))
             self.proc.join(5.0)
         if self.proc.is_alive():

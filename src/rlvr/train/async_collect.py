@@ -58,12 +58,14 @@ class AsyncCollector(Collector):
         """The run's lifetime: the worker is stopped when it ends, errors included."""
         try:
             yield
-        finally:
-            self.close()
+        except BaseException:
+            self.close(force=True)  # the run failed: no graceful stop of a worker that may hang
+            raise
+        self.close()
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
         if self.worker is not None:
-            self.worker.close()
+            self.worker.close(force)
             self.worker = None
         self._requests.clear()
 
