@@ -76,12 +76,14 @@ class AsyncCollector(Collector):
                        "dropped_completions": 0.0}
         if self.worker is None:
             self._start(model, step)
-        self._submit(step, 0)
-        self._got[0] = self._fresh(model, step, 0)
-        if step % self.acfg.weight_sync_steps == 0 and self.worker.version < step:
-            self._sync(model, step)
-        for ahead in range(step + 1, step + 1 + self.depth):
-            self._submit(ahead, 0)
+        with self.timer("async_wait"):  # the trainer waiting for its batch (and pushing weights)
+            if (step, 0) not in self._requests:  # k = 0, the first step, after a resume: generate now
+                self._sync_if_due(model, step)
+                self._submit(step, 0)
+            self._got[0] = self._fresh(model, step, 0)
+            self._sync_if_due(model, step)
+            for ahead in range(step + 1, step + 1 + self.depth):
+                self._submit(ahead, 0)
         out, metrics = super().collect(model, step)
         metrics.update(self._tag(out, step))
         metrics["rollout/generated_completions"] += self._stats["dropped_completions"]  # generated, then dropped
@@ -144,6 +146,10 @@ class AsyncCollector(Collector):
         self._stats["async/generator_idle_seconds"] += got.idle_s
         return got
 
+    def _sync_if_due(self, model: torch.nn.Module, step: int) -> None:
+        if step % self.acfg.weight_sync_steps == 0 and self.worker.version < step:
+            self._sync(model, step)
+
     def _sync(self, model: torch.nn.Module, version: int) -> None:
         start = time.perf_counter()
         self.worker.sync(model, version)
@@ -165,5 +171,6 @@ class AsyncCollector(Collector):
         return {"async/staleness_mean": staleness.float().mean().item(), "async/staleness_max": float(staleness.max()),
                 "async/dropped_rows": s["async/dropped_rows"], "async/sync_seconds": s["async/sync_seconds"],
                 "async/trainer_idle_frac": s["async/wait_seconds"] / window if window > 0 else 0.0,
+                "async/generator_busy_seconds": s["async/generator_busy_seconds"],
                 "async/generator_idle_frac": s["async/generator_idle_seconds"] / gen if gen > 0 else 0.0,
                 "async/policy_version": float(out.meta["policy_version"].min())}
