@@ -56,12 +56,14 @@ def test_k0_is_todays_loop_bit_for_bit(tmp_path):
     (1, 1, 4, [0, 0, 1, 2], [0, 0, 0, 0]),  # one step off: batch s from version s - 1
     (2, 1, 4, [0, 0, 0, 1], [0, 0, 0, 0]),  # two ahead: batch s from version s - 2
     (1, 2, 5, [0, 0, 2, 2, 4], [0, 0, 1, 0, 1]),  # sync every 2: batches 2 and 4 come back 2 old
+    (0, 1, 3, [0, 1, 2], [0, 0, 0]),  # in_worker, k = 0: pushed before each batch is asked for
 ])
 def test_version_tags_follow_the_schedule(tmp_path, k, sync_every, steps, versions, dropped):
     """Commands reach the worker in order, so the tags do not depend on timing; a batch older than k
     is dropped (all its rows counted) and regenerated from the trainer's weights."""
     trainer = _run(tmp_path, [f"rollout.async_rollout.max_staleness={k}",
-                              f"rollout.async_rollout.weight_sync_steps={sync_every}", *ASYNC],
+                              f"rollout.async_rollout.weight_sync_steps={sync_every}",
+                              f"rollout.async_rollout.in_worker={k == 0}", *ASYNC],
                    steps=steps, cls=Recording)
     rows = trainer.cfg.rollout.prompts_per_step * trainer.cfg.rollout.group_size
     for (step, tags), want in zip(trainer.seen, versions):
