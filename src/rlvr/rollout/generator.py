@@ -73,6 +73,8 @@ def _worker(model: torch.nn.Module, tokenizer: Any, sampler: Any, rollout_cfg: A
                 ctx = SampleContext(tokenizer=tokenizer, rollout=rollout_cfg, seed=seed, group_offset=offset)
                 with torch.no_grad():
                     batch = sampler.sample(model, problems, rollout_cfg.group_size, ctx)
+                where = {id(p): j for j, p in enumerate(problems)}  # the trainer maps rows back to its objects
+                batch.meta["problem_index"] = [where[id(p)] for p in batch.problems]
                 spent = ctx.spent
                 results.put(("batch", key, Generated(batch, version, spent.completions, spent.tokens,
                                                      time.perf_counter() - start, idle)))

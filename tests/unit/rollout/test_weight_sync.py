@@ -52,9 +52,11 @@ def test_after_a_sync_the_generator_holds_the_trainers_weights_exactly(policy, t
         fresh = worker.state()
         assert fresh.keys() == trainer.state_dict().keys()
         assert all(torch.equal(fresh[k], v) for k, v in trainer.state_dict().items())
-        worker.submit("a", [Problem(prompt="12:", answer="7")], seed=3, group_offset=0)
+        worker.submit("a", [Problem(prompt="12:", answer="7"), Problem(prompt="34:", answer="7")], seed=3,
+                      group_offset=0)
         got = worker.result("a")
-        assert got.version == 1 and got.batch.num_rows == 2 and got.completions == 2
+        assert got.version == 1 and got.batch.num_rows == 4 and got.completions == 4
+        assert got.batch.meta["problem_index"] == [0, 0, 1, 1]  # rows map back to the trainer's problems
     finally:
         worker.close()
 
