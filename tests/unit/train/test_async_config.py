@@ -69,3 +69,11 @@ def test_presets_on_recomputed_ppo_clip_are_refused_under_async():
     cfg = load_config(PRESETS / "grpo.yaml", ["rollout.async_rollout.max_staleness=1",
                                               "algorithm.loss.name=ppo_clip_is"])
     assert cfg.rollout.async_rollout.max_staleness == 1
+
+
+def test_data_parallelism_is_refused_with_one_line():
+    from rlvr.train.async_collect import AsyncCollector
+    cfg = _cfg("rollout.async_rollout.max_staleness=1", "algorithm.loss.name=ppo_clip_is")
+    with pytest.raises(ConfigError, match="data parallelism is not supported"):
+        AsyncCollector(task=None, selector=None, shapers=[], filters=[], rollout_cfg=cfg.rollout, tokenizer=None,
+                       seed=0, rank=0, world_size=2, timer=None)
