@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -43,6 +44,10 @@ class Collector:
         self.rows_over_ranks = rows_over_ranks or (lambda n: n)
         self.local_prompts = cfg.prompts_per_step // world_size
         self._looked: dict[tuple[int, str], Any] = {}  # (id(problem), text) -> Score a sampler asked for this round
+
+    def session(self) -> contextlib.AbstractContextManager:
+        """What lives as long as the run (nothing here; the asynchronous collector's generator process)."""
+        return contextlib.nullcontext()
 
     def collect(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
         parts, kept = [], 0
@@ -86,9 +91,7 @@ class Collector:
     def _one_round(self, model: torch.nn.Module, step: int, round_: int) -> tuple[Rollouts, Rollouts, Rollouts]:
         """(filtered, shaped, verified) batches of one sampling round."""
         with self.timer("select"):
-            seed = step_seed(self.seed, step, 0, round_)
-            problems = self.selector.select(self.task, self.cfg.prompts_per_step, step, seed)
-            problems = problems[self.rank * self.local_prompts:(self.rank + 1) * self.local_prompts]
+            problems = self._select(step, round_)
         with self.timer("rollout"):
             batch = self._generate(model, problems, step_seed(self.seed, step, self.rank, round_), round_)
         with self.timer("verify"):
@@ -103,6 +106,12 @@ class Collector:
             for flt in self.filters:
                 batch = flt(batch)
         return batch, shaped, raw
+
+    def _select(self, step: int, round_: int) -> list[Problem]:
+        """This rank's share of the problems the selector picks for (step, round)."""
+        seed = step_seed(self.seed, step, 0, round_)
+        problems = self.selector.select(self.task, self.cfg.prompts_per_step, step, seed)
+        return problems[self.rank * self.local_prompts:(self.rank + 1) * self.local_prompts]
 
     def _generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
         ctx = SampleContext(tokenizer=self.tokenizer, rollout=self.cfg, seed=seed,

@@ -82,6 +82,39 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class AsyncConfig:
+    """``rollout.async_rollout``: generation in a worker process, ahead of training (rlvr.train.async_collect)."""
+
+    max_staleness: int = param(0, "k: a row may be trained on by a policy at most k versions newer than the one "
+                                  "that generated it; the generator runs up to k steps ahead (0 = today's "
+                                  "in-process loop, bit-identical)")
+    weight_sync_steps: int = param(1, "push the trainer's weights to the generator every this many steps (a "
+                                      "batch that comes back older than k versions is dropped, counted in "
+                                      "async/dropped_rows, and regenerated after a forced sync)")
+    generator_threads: int = param(1, "torch intra-op threads of the generator process")
+    timeout_s: float = param(300.0, "seconds to wait for one batch or one weight sync before the run stops "
+                                    "with an error (the generator died or hangs)")
+    bucket_mb: float = param(64.0, "largest weight bucket per broadcast of a sync, in MB")
+    in_worker: bool = param(False, "with max_staleness 0: generate in the worker process anyway, one step at a "
+                                   "time (the two-process synchronous baseline of benchmarks/async_speed.py)")
+    port: int = param(0, "TCP port of the weight-sync store on 127.0.0.1 (0 = a free one)")
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0 or self.weight_sync_steps < 1 or self.generator_threads < 1:
+            raise ValueError(f"rollout.async_rollout: need max_staleness >= 0, weight_sync_steps >= 1 and "
+                             f"generator_threads >= 1, got {self.max_staleness}, {self.weight_sync_steps}, "
+                             f"{self.generator_threads}")
+        if self.timeout_s <= 0 or self.bucket_mb <= 0:
+            raise ValueError(f"rollout.async_rollout: need timeout_s > 0 and bucket_mb > 0, got "
+                             f"{self.timeout_s}, {self.bucket_mb}")
+
+    @property
+    def enabled(self) -> bool:
+        """A generator worker process is used (k >= 1, or the synchronous two-process baseline)."""
+        return self.max_staleness > 0 or self.in_worker
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     sampler: PluginSpec = param(PluginSpec("plain"), "rollout strategy (rlvr list sampler): plain, prefix, "
                                                      "hint, anchor")
@@ -110,6 +143,8 @@ class RolloutConfig:
                                                    "'pkg.module:MyEngine', e.g. {name: specroll, num_heads: 3}")
     engine_params: dict = param({}, "deprecated spelling of the engine's options beside a bare engine name; "
                                     "they are moved into rollout.engine (empty once the config is built)")
+    async_rollout: AsyncConfig = param(AsyncConfig(), "asynchronous generation with bounded staleness (YAML key "
+                                                      "rollout.async_rollout; `async` is a Python keyword)")
 
     def __post_init__(self) -> None:
         if self.engine_params:
@@ -337,6 +372,9 @@ class Config:
         if self.model.lora is not None and not self.optim.plugin_class().takes_lora:
             raise ValueError(f"model.lora: optimizer '{self.optim.name}' runs its own training loop on the full "
                              f"weights and does not take a LoRA policy; remove model.lora or use optim.name=adamw")
+        if self.rollout.async_rollout.enabled:
+            from rlvr.train.async_check import check_async  # the rules live beside the async collector
+            check_async(self)
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
+from rlvr.train.async_collect import AsyncCollector
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
@@ -85,7 +86,7 @@ class Trainer(UpdatePhase):
         if self.ref_model is not None and not is_lora(model):  # the frozen copy follows the policy
             self.ref_model = self.sharding.prepare_frozen(self.ref_model)  # (sharded like it)
         self.timer = PhaseTimer()
-        self.collector = Collector(
+        self.collector = (AsyncCollector if cfg.rollout.async_rollout.enabled else Collector)(
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
@@ -105,7 +106,8 @@ class Trainer(UpdatePhase):
         in a pool of ``rollout.verify_workers`` processes that ends with the run, errors included."""
         needed = uses_pool(self.parts["task"], self.parts["reward_functions"])
         with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed,
-                           memory_mb=self.cfg.rollout.verify_memory_mb), self.sharding.lockstep():
+                           memory_mb=self.cfg.rollout.verify_memory_mb), self.sharding.lockstep(), \
+                self.collector.session():  # the generator process of rollout.async_rollout, if any
             return self._train(resume, eval_fn)
 
     def _train(self, resume: bool, eval_fn: Any) -> dict[str, Any]:
