@@ -3,7 +3,7 @@
 :func:`generate` / :func:`generate_ids` are the one entry point; the token-by-token work is done by
 an engine (:mod:`rlvr.rollout.engines`, a registry kind: ``loop`` by default, ``hf``, ``specroll``,
 ``vllm``, or ``"pkg.module:MyEngine"``), chosen by ``engine`` with options ``engine_params``
-(``rollout.engine`` / ``rollout.engine_params``); engine statistics come back in
+(the config's ``rollout.engine`` spec: its name and its options); engine statistics come back in
 ``Generation.stats``. ``micro_batch_size`` decodes that many rows per engine call (the results are
 concatenated and padded to a common T); greedy results do not depend on it, and sampling is
 reproducible for a given seed and micro-batch size. Engine statistics of a micro-batched call are

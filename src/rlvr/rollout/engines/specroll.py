@@ -1,6 +1,6 @@
 """SpecRoll: speculative rollouts that leave the sampling distribution unchanged (docs/methods.md §2.11).
 
-Selected with ``rollout.engine: specroll`` (options in ``rollout.engine_params``, see
+Selected with ``rollout.engine: specroll`` (options inside the spec, ``rollout.engine: {name: specroll, ...}``, see
 :class:`SpecRollConfig`; ``rlvr list --kind engine``). One decode iteration, for every unfinished row at once:
 
 1. sample the next token ``c`` from the target's distribution (exact: plain sampling);

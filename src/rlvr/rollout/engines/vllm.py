@@ -274,7 +274,7 @@ def load_into_vllm(llm: Any, weights: Iterable[tuple[str, Tensor]]) -> None:
 
 def sync_weights(model: torch.nn.Module) -> bool:
     """Push ``model``'s current weights into its vLLM engine (if it has one); True if pushed.
-    Call after ``optimizer.step()`` when ``engine_params.sync`` is 'manual'."""
+    Call after ``optimizer.step()`` when ``rollout.engine.sync`` is 'manual'."""
     engine = existing_engine(getattr(model, "module", model), "vllm")
     if not isinstance(engine, VLLMEngine) or engine.llm is None:
         return False

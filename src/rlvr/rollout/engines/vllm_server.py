@@ -48,7 +48,7 @@ from rlvr.rollout.engines.vllm_worker import chunk_weights, encode_weights, mode
 SERVER_SYNC_MODES = ("auto", "manual", "off")
 EXTENSION = "rlvr.rollout.engines.vllm_worker.WeightReceiver"
 _DEV_HINT = (f"start the server with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls {EXTENSION} "
-             "(or set rollout.engine_params.sync=off)")
+             "(or set rollout.engine.sync=off)")
 
 
 class VLLMServerError(RuntimeError):
@@ -99,7 +99,7 @@ class ServerClient:
                     reason = getattr(err, "reason", err)
                     raise VLLMServerError(f"vllm_server: cannot reach {self.url} ({reason}) after "
                                           f"{attempt + 1} attempt(s); is `vllm serve` running there? "
-                                          "(rollout.engine_params.base_url)") from None
+                                          "(rollout.engine.base_url)") from None
                 time.sleep(2.0 ** attempt)
 
     def served_model(self) -> str:
@@ -108,10 +108,10 @@ class ServerClient:
         if self.config.model:
             if self.config.model not in names:
                 raise VLLMServerError(f"vllm_server: {self.url} serves {names}, not '{self.config.model}' "
-                                      "(rollout.engine_params.model)")
+                                      "(rollout.engine.model)")
             return self.config.model
         if len(names) != 1:
-            raise VLLMServerError(f"vllm_server: {self.url} serves {names}; name one in rollout.engine_params.model")
+            raise VLLMServerError(f"vllm_server: {self.url} serves {names}; name one in rollout.engine.model")
         return names[0]
 
     def rpc(self, method: str, *args: str) -> list:
