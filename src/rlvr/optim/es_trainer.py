@@ -1,19 +1,18 @@
 """The ES training loop: population fitness from verifier rewards, checkpoints, metrics, budgets.
 
-Same surface as the gradient ``Trainer`` (``train``, ``policy``, ``tokenizer``, ``parts``, ``acc``)
-so ``rlvr train`` / ``train_run`` drive it unchanged. Under ``torchrun`` each rank scores its share
+A ``TrainingLoop`` (``rlvr.train.loop``) like the gradient ``Trainer``: ``run_loop`` drives it, so
+``rlvr train`` / ``train_run`` run it unchanged, with the same budgets, callbacks and logging. Under ``torchrun`` each rank scores its share
 of the population and every rank applies the same update (``rlvr.optim.es.es_step``).
 """
 
 from __future__ import annotations
 
-import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
-from tqdm.auto import tqdm
 
 from rlvr.analysis.diversity import bernoulli, js_diversity
 from rlvr.models import render_prompt
@@ -21,12 +20,12 @@ from rlvr.optim.es import ESConfig, ESStepResult, es_step, select_parameters
 from rlvr.optim.noise import member_seeds
 from rlvr.rollout import generate
 from rlvr.tasks import verify_all
-from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.callbacks import run_callbacks
-from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.train.checkpoint import load_checkpoint, save_checkpoint
 from rlvr.train.collect import step_seed
 from rlvr.train.config import Config, to_dict
-from rlvr.train.logging import PhaseTimer, RunLogger
+from rlvr.train.logging import PhaseTimer
+from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 
 
 class NoOptimizerState:
@@ -70,28 +69,35 @@ class ESTrainer:
     # --- the loop ---------------------------------------------------------------------------
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
+        return run_loop(self, resume, eval_fn, desc="es")
+
+    def begin(self, resume: bool) -> dict[str, float]:
         if resume:
             self._resume()
         elif self.acc.is_main_process:
             self._write_run_files()
-        logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step)
-        bar = tqdm(total=self.cfg.run.steps, initial=self.step, desc="es", disable=not self.acc.is_main_process)
-        while (reason := self._budget_reason()) is None:
-            start = time.perf_counter()
-            metrics = self.train_step()
-            stop = end_step(self, metrics, int(metrics["rollout/sampled_rows"]), start, eval_fn, logger)
-            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", update=f"{metrics['es/update_norm']:.2e}")
-            bar.update(1)
-            if stop:
-                reason = "callback"
-                break
-            if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
-                self.save()
-        bar.close()
-        self.save()
-        logger.close()
-        return {"steps": self.step, "rollouts": self.rollouts_spent, "seconds": self.seconds_spent,
-                "stopped_by": reason}
+        return {}
+
+    def loop_step(self) -> StepOutput:
+        metrics = self.train_step()
+        return StepOutput(metrics, int(metrics["rollout/sampled_rows"]),
+                          postfix={"reward": f"{metrics['reward/mean']:.3f}",
+                                   "update": f"{metrics['es/update_norm']:.2e}"})
+
+    def finish(self) -> dict[str, Any]:
+        return {}
+
+    def heldout_metrics(self) -> dict[str, float]:
+        return {}
+
+    def export_model(self) -> torch.nn.Module:
+        return self.policy
+
+    def evaluates_here(self) -> bool:
+        return self.acc.is_main_process  # replicated weights: the main process evaluates
+
+    def lockstep(self) -> AbstractContextManager:
+        return nullcontext()
 
     def train_step(self) -> dict[str, float]:
         """One ES iteration on this step's prompts; every rank returns the same metrics."""
@@ -149,9 +155,6 @@ class ESTrainer:
     def _num_prompts(self) -> int:
         return self.es.prompts or self.cfg.rollout.prompts_per_step
 
-    def _budget_reason(self) -> str | None:
-        return budget_reason(self.cfg.run, self.step, self.rollouts_spent, self.seconds_spent, self.acc)
-
     # --- state ------------------------------------------------------------------------------
 
     def _sync_from_main(self) -> None:
@@ -162,25 +165,26 @@ class ESTrainer:
                 for p in self.model.parameters():
                     dist.broadcast(p.data, src=0)
 
-    def save(self) -> None:
+    def save(self) -> Path | None:
         self.acc.wait_for_everyone()
+        path = None
         if self.acc.is_main_process:
-            state = {"phase": "es", "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
-                     "plugins": {"selector": self.parts["selector"].state_dict()} if self._stateful_selector else {}}
-            path = save_checkpoint(self.run_dir, self.step, self.policy, NoOptimizerState(), state)  # type: ignore[arg-type]
-            self.callbacks.save(self, self.step, path)
+            path = save_checkpoint(self.run_dir, self.step, self.policy, NoOptimizerState(), self.state())  # type: ignore[arg-type]
         self.acc.wait_for_everyone()
+        return path
 
-    def _resume(self) -> None:
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
-            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
-        state = load_checkpoint(path, self.policy, None)
-        self.step = int(state["step"])
-        self.rollouts_spent = int(state.get("rollouts_spent", 0))
-        self.seconds_spent = float(state.get("seconds_spent", 0.0))
+    def state(self) -> dict[str, Any]:
+        """The phase (a GRPO → ES resume reads it), budget counters and a stateful selector's state."""
+        return {"phase": "es", **counters(self),
+                "plugins": {"selector": self.parts["selector"].state_dict()} if self._stateful_selector else {}}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        load_counters(self, state)
         if self._stateful_selector and "selector" in state.get("plugins", {}):
             self.parts["selector"].load_state_dict(state["plugins"]["selector"])
+
+    def _resume(self) -> None:
+        self.load_state(load_checkpoint(latest_or_raise(self.run_dir), self.policy, None))
 
     @property
     def _stateful_selector(self) -> bool:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import copy
 import os
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
@@ -24,7 +25,8 @@ import yaml
 from rlvr.optim.base import OptimizerPlugin
 from rlvr.optim.merging import GRANULARITIES, LayerwiseMerge
 from rlvr.registry import param, register
-from rlvr.train.budget import budget_reason
+from rlvr.train.callbacks import run_callbacks
+from rlvr.train.loop import StepOutput, counters, run_loop
 
 
 @dataclass(frozen=True)
@@ -169,14 +171,19 @@ def write_config(run_dir: Path, cfg: Any) -> None:
 class LocalTrainer:
     """What the single-process search loops (Hyper-ES, Progressive RLVR) start from: the run folder,
     the pipeline parts, the model placed as the gradient Trainer places it, a collector without
-    shapers or filters, and zeroed budget counters."""
+    shapers or filters, the run's callbacks, zeroed budget counters, and the one-process answers of
+    the ``TrainingLoop`` protocol (``rlvr.train.loop``). Resume is refused: the search state is not
+    checkpointed."""
+
+    no_resume: ClassVar[str] = ""  # why, in the refusal's words
 
     def __init__(self, cfg: Any, method: str, *, model: torch.nn.Module | None = None,
                  tokenizer: Any = None) -> None:
         from rlvr.train.build import build_model, build_pipeline
         from rlvr.train.collect import Collector
         from rlvr.train.logging import PhaseTimer
-        self.cfg = cfg
+        self.cfg, self.method = cfg, method
+        self.callbacks = run_callbacks(cfg)
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         self.acc = LocalProcess(method)
@@ -197,9 +204,33 @@ class LocalTrainer:
     def policy(self) -> torch.nn.Module:
         return self.model
 
+    def begin(self, resume: bool) -> dict[str, float]:
+        """Refuse a resume; write config.yaml. (A subclass adds its set-up.)"""
+        if resume:
+            raise ValueError(f"{self.method}: resume is not supported{self.no_resume}; start a new run")
+        write_config(self.run_dir, self.cfg)
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        raise ValueError(f"{self.method}: resume is not supported{self.no_resume}; start a new run")
+
+    def heldout_metrics(self) -> dict[str, float]:
+        return {}
+
+    def export_model(self) -> torch.nn.Module:
+        return self.policy
+
+    def evaluates_here(self) -> bool:
+        return True  # one process
+
+    def lockstep(self) -> AbstractContextManager:
+        return nullcontext()
+
 
 class HyperESTrainer(LocalTrainer):
     """Directions by LoRA gradient runs, then one CMA-ES generation per ``run.steps`` step."""
+
+    no_resume = " (the CMA-ES state is not checkpointed)"
 
     def __init__(self, cfg: Any, config: HyperESConfig, *, model: torch.nn.Module | None = None,
                  tokenizer: Any = None) -> None:
@@ -209,31 +240,24 @@ class HyperESTrainer(LocalTrainer):
         self.search: CMASearch | None = None
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
-        from rlvr.train.logging import RunLogger
-        if resume:
-            raise ValueError("hyper_es: resume is not supported (the CMA-ES state is not checkpointed); "
-                             "start a new run")
-        write_config(self.run_dir, self.cfg)
-        logger = RunLogger(self.run_dir)
+        return run_loop(self, resume, eval_fn, desc="hyper_es")
+
+    def begin(self, resume: bool) -> dict[str, float]:
+        """The K direction runs (their time and rollouts count towards the budgets); their metrics go
+        with the first generation's."""
+        super().begin(resume)
         start = time.perf_counter()
         direction_metrics = self._directions()
         self.seconds_spent = time.perf_counter() - start
-        while (reason := budget_reason(self.cfg.run, self.step, self.rollouts_spent, self.seconds_spent)) is None:
-            start = time.perf_counter()
-            metrics = {**self.generation(), **direction_metrics}
-            direction_metrics = {}  # logged once, with the first generation
-            self.step += 1
-            self.seconds_spent += time.perf_counter() - start
-            metrics.update({"rollout/spent": self.rollouts_spent, "time/elapsed": self.seconds_spent})
-            if eval_fn is not None and self.cfg.run.eval_every and self.step % self.cfg.run.eval_every == 0:
-                metrics.update(eval_fn(self.policy, self.step))
-            logger.log(self.step, metrics)
-            if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
-                self.save()
-        self.save()
-        logger.close()
-        return {"steps": self.step, "rollouts": self.rollouts_spent, "seconds": self.seconds_spent,
-                "stopped_by": reason, "coefficients": self.search.mean.tolist()}
+        return direction_metrics
+
+    def loop_step(self) -> StepOutput:
+        metrics, sampled = self.generation()
+        return StepOutput(metrics, sampled, postfix={"reward": f"{metrics['reward/mean']:.3f}",
+                                                     "sigma": f"{metrics['es/sigma']:.3f}"})
+
+    def finish(self) -> dict[str, Any]:
+        return {"coefficients": self.search.mean.tolist()}
 
     def _directions(self) -> dict[str, float]:
         """K LoRA gradient runs from the base; build the merge and the CMA-ES search."""
@@ -250,10 +274,11 @@ class HyperESTrainer(LocalTrainer):
         metrics["es/num_coefficients"] = float(self.merge.num_coefficients)
         return {**metrics, **self.timer.pop()}
 
-    def generation(self) -> dict[str, float]:
-        """Score every candidate θ(c) on this step's prompts, update CMA-ES, set θ(mean)."""
+    def generation(self) -> tuple[dict[str, float], int]:
+        """Score every candidate θ(c) on this step's prompts, update CMA-ES, set θ(mean). Returns the
+        metrics and the completions sampled."""
         candidates = self.search.ask()
-        fitness, stats = [], []
+        fitness, stats, sampled = [], [], 0
         for c in candidates:
             with self.timer("merge"):
                 self.merge.apply(self.model, c)
@@ -261,7 +286,7 @@ class HyperESTrainer(LocalTrainer):
                 _, s = self.collector.collect(self.model, self.step)  # same step: same prompts, same seeds
             fitness.append(s["reward/mean"])
             stats.append(s)
-            self.rollouts_spent += int(s["rollout/generated_completions"])
+            sampled += int(s["rollout/generated_completions"])
         with self.timer("cma"):
             self.search.tell(candidates, fitness)
         self.merge.apply(self.model, self.search.mean)
@@ -272,13 +297,15 @@ class HyperESTrainer(LocalTrainer):
                         "es/sigma": self.search.sigma, "es/popsize": float(len(candidates)),
                         "es/coef_mean": float(mean.mean()), "es/coef_abs_mean": float(np.abs(mean).mean())})
         metrics.update(self.timer.pop())
-        return metrics
+        return metrics, sampled
 
-    def save(self) -> None:
-        state = {"rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
-                 "coefficients": self.search.mean.tolist() if self.search else [],
-                 "cma_sigma": self.search.sigma if self.search else None}
-        save_policy_checkpoint(self.run_dir, self.step, self.model, state)
+    def save(self) -> Path:
+        return save_policy_checkpoint(self.run_dir, self.step, self.model, self.state())
+
+    def state(self) -> dict[str, Any]:
+        """Budget counters and the search's mean and step size (for reading; resume is refused)."""
+        return {**counters(self), "coefficients": self.search.mean.tolist() if self.search else [],
+                "cma_sigma": self.search.sigma if self.search else None}
 
 
 def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -263,9 +264,10 @@ class LURETrainer(Trainer):
 
     # --- state ------------------------------------------------------------------------------
 
-    def save(self) -> None:
+    def save(self) -> Path | None:
         """The gradient trainer's checkpoint plus the round's anchor (resume continues the round)."""
-        super().save()
+        path = super().save()
         if self.acc.is_main_process:
             save_weights(self.run_dir / "reference", self.ref_model)
         self.acc.wait_for_everyone()
+        return path

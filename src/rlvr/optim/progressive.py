@@ -24,12 +24,13 @@ from torch import Tensor
 
 from rlvr.ops import masked_mean
 from rlvr.optim.base import OptimizerPlugin
-from rlvr.optim.hyper_es import LocalTrainer, budget_reason, save_policy_checkpoint, write_config
+from rlvr.optim.hyper_es import LocalTrainer, save_policy_checkpoint, write_config
 from rlvr.optim.quantize import Quantized, dequantize, quantize
 from rlvr.optim.tinylora import (
     TIES, TinyLoRAConfig, adapter_vector, apply_tinylora, load_adapter_vector, merged_copy,
 )
 from rlvr.registry import param, register
+from rlvr.train.loop import StepOutput, run_loop
 
 ESTIMATORS = ("sampled", "full")
 
@@ -136,42 +137,47 @@ class ProgressiveTrainer(LocalTrainer):
         self.config = config
         self.teacher: torch.nn.Module | None = None
         self.adapter: torch.nn.ParameterDict | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.adapter_info: dict[str, Any] | None = None  # set by the quantisation at the end
 
     def export_model(self) -> torch.nn.Module:
         """The policy in its base architecture (TinyLoRA folded into the weights), for RUN/final."""
         return self.model if self.adapter is None else merged_copy(self.model)
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
+        return run_loop(self, resume, eval_fn, desc="progressive")
+
+    def begin(self, resume: bool) -> dict[str, float]:
+        """Keep the tiny base, make the teacher (stage 1), put the TinyLoRA adapter on the student; the
+        teacher's time and rollouts count towards the budgets, its metrics go with the first step's."""
         from rlvr.train.checkpoint import save_weights
-        from rlvr.train.logging import RunLogger
-        if resume:
-            raise ValueError("progressive_rlvr: resume is not supported; start a new run")
-        write_config(self.run_dir, self.cfg)
+        super().begin(resume)
         if self.cfg.model.path is None:  # the tiny base is part of the bound's prior: keep it
             save_weights(self.run_dir / "adapter" / "base", self.model)
-        logger = RunLogger(self.run_dir)
         start = time.perf_counter()
         first = self._make_teacher()
         self.adapter = apply_tinylora(self.model, self.config.tinylora())
-        optimizer = torch.optim.AdamW(list(self.adapter.values()), lr=self.config.lr, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(list(self.adapter.values()), lr=self.config.lr, weight_decay=0.0)
         self.seconds_spent = time.perf_counter() - start
-        while (reason := budget_reason(self.cfg.run, self.step, self.rollouts_spent, self.seconds_spent)) is None:
-            start = time.perf_counter()
-            metrics = {**self.distill_step(optimizer), **first}
-            first = {}
-            self.step += 1
-            self.seconds_spent += time.perf_counter() - start
-            metrics.update({"rollout/spent": self.rollouts_spent, "time/elapsed": self.seconds_spent})
-            if eval_fn is not None and self.cfg.run.eval_every and self.step % self.cfg.run.eval_every == 0:
-                metrics.update(eval_fn(self.policy, self.step))
-            logger.log(self.step, metrics)
-            if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
-                save_policy_checkpoint(self.run_dir, self.step, merged_copy(self.model), {})
-        info = self.quantize_adapter()
-        save_policy_checkpoint(self.run_dir, self.step, merged_copy(self.model), {"adapter": info})
-        logger.close()
-        return {"steps": self.step, "rollouts": self.rollouts_spent, "seconds": self.seconds_spent,
-                "stopped_by": reason, "adapter": info}
+        return first
+
+    def loop_step(self) -> StepOutput:
+        metrics = self.distill_step(self.optimizer)
+        return StepOutput(metrics, int(metrics["rollout/generated_completions"]),
+                          postfix={"loss": f"{metrics['loss/total']:.4f}",
+                                   "kl": f"{metrics['distill/reverse_kl']:.4f}"})
+
+    def finish(self) -> dict[str, Any]:
+        """Stage 3, before the final checkpoint: quantise the adapter and write RUN/adapter."""
+        self.adapter_info = self.quantize_adapter()
+        return {"adapter": self.adapter_info}
+
+    def save(self) -> Path:
+        """The student with TinyLoRA folded in (``rlvr eval RUN`` loads it); the adapter's record once quantised."""
+        return save_policy_checkpoint(self.run_dir, self.step, merged_copy(self.model), self.state())
+
+    def state(self) -> dict[str, Any]:
+        return {} if self.adapter_info is None else {"adapter": self.adapter_info}
 
     def _make_teacher(self) -> dict[str, float]:
         """Stage 1: load the teacher, or train one from a copy of the base; frozen."""
@@ -225,7 +231,6 @@ class ProgressiveTrainer(LocalTrainer):
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip or float("inf"))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        self.rollouts_spent += int(metrics["rollout/generated_completions"])
         vec = adapter_vector(self.adapter)
         metrics.update({"loss/total": loss.item(), "distill/reverse_kl": kl.item(),
                         "optim/grad_norm": grad_norm.item(), "adapter/abs_mean": vec.abs().mean().item()})

@@ -8,6 +8,7 @@ and step numbering; a checkpoint's ``phase`` says which one to resume.
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -19,7 +20,9 @@ from rlvr.train.config import Config, replace
 
 
 class SequentialTrainer:
-    """Gradient trainer for ``grpo_steps`` steps, then an ``ESTrainer`` for the rest of ``run.steps``."""
+    """Gradient trainer for ``grpo_steps`` steps, then an ``ESTrainer`` for the rest of ``run.steps``.
+
+    A ``Runnable`` (``rlvr.train.loop``) whose two phases are each run by ``run_loop``."""
 
     def __init__(self, cfg: Config, es: ESConfig, *, model: torch.nn.Module | None = None,
                  tokenizer: Any = None) -> None:
@@ -42,6 +45,18 @@ class SequentialTrainer:
     def step(self) -> int:
         """Steps done over both phases (what ``train_run``'s final evaluation is logged at)."""
         return self.gradient.step if self.es_trainer is None else self.es_trainer.step
+
+    def heldout_metrics(self) -> dict[str, float]:
+        return {}
+
+    def export_model(self) -> torch.nn.Module:
+        return self.policy
+
+    def evaluates_here(self) -> bool:
+        return self.acc.is_main_process
+
+    def lockstep(self) -> AbstractContextManager:
+        return nullcontext()
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         ckpt = latest_checkpoint(self.cfg.run.out_dir) if resume else None

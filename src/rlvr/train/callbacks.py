@@ -59,8 +59,8 @@ class Callbacks:
         stop = False
         for cb in self._with("on_step_end"):
             stop = bool(cb.on_step_end(trainer, step, metrics)) or stop
-        acc = getattr(trainer, "acc", None)
-        if acc is not None and acc.num_processes > 1 and self.items:  # a collective: every rank holds the same list
+        acc = trainer.acc  # every loop has one (rlvr.train.loop.Runnable)
+        if acc.num_processes > 1 and self.items:  # a collective: every rank holds the same list
             stop = bool(acc.reduce(torch.tensor(float(stop), device=acc.device), reduction="sum").item() > 0)
         return stop
 

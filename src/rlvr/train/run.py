@@ -12,8 +12,8 @@ from rlvr.eval.outcomes import write_outcomes
 from rlvr.tasks.pool import active, uses_pool, verifier_pool
 from rlvr.train.build import build_task
 from rlvr.train.config import Config
+from rlvr.train.loop import Runnable, check_runnable
 from rlvr.train.run_dir import claim_run_dir
-from rlvr.train.sharding import evaluates_here, lockstep_of
 from rlvr.train.trainer import write_summary
 from rlvr.train.validate import validate_run
 from rlvr.train.warm_start import warm_start_model
@@ -31,14 +31,13 @@ def evaluate_policy(model: torch.nn.Module, tokenizer: Any, task: Any, problems:
                     temperature=cfg.rollout.temperature, seed=cfg.run.seed, outcomes=outcomes)
 
 
-def evaluate_run(trainer: Any, task: Any, problems: list, cfg: Config,
+def evaluate_run(trainer: Runnable, task: Any, problems: list, cfg: Config,
                  outcomes: list | None = None) -> dict[str, float]:
-    """The task's held-out evaluation of the trainer's policy, plus the ``heldout/…`` measure of a
-    training loop that has one of its own (``trainer.heldout_metrics()``, e.g. LURE's pursuit capture);
+    """The task's held-out evaluation of the trainer's policy, plus the ``heldout/…`` measures of the
+    training loop's own (``trainer.heldout_metrics()``, e.g. LURE's pursuit capture; most have none);
     ``outcomes`` receives the per-problem rows (``rlvr.eval.outcomes``)."""
     out = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k, outcomes)
-    extra = getattr(trainer, "heldout_metrics", None)
-    return {**out, **extra()} if extra is not None else out
+    return {**out, **trainer.heldout_metrics()}
 
 
 def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Callable[[torch.nn.Module, int], dict]:
@@ -50,19 +49,18 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
 
 
 def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 callbacks: list | None = None) -> Any:
+                 callbacks: list | None = None) -> Runnable:
     """The training loop of the optimizer plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
     tokenizer=...)``): the gradient ``Trainer`` for ``adamw``, a loop of its own for ES and friends, each
-    with the same surface: ``train(resume, eval_fn)``, ``policy``, ``tokenizer``, ``parts["task"]`` and
-    ``acc``. ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them."""
+    a ``Runnable`` (``rlvr.train.loop``; a loop lacking a member is a TypeError naming it).
+    ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them."""
     from rlvr.train.precision import check_supported
     check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     from rlvr.train.build import build_plugin
     from rlvr.train.config import PluginSpec
     plugin = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
     trainer = plugin.trainer(cfg, model=model, tokenizer=tokenizer)
-    if (callbacks or cfg.run.callbacks) and not hasattr(trainer, "callbacks"):
-        raise ValueError(f"optimizer '{cfg.optim.name}': its training loop does not support callbacks")
+    check_runnable(trainer, f"optimizer '{cfg.optim.name}'")
     if callbacks:
         trainer.callbacks.add(*callbacks)
     return trainer
@@ -98,9 +96,9 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)
     before, before_rows, after_rows = None, [], []
-    here = evaluates_here(trainer)  # the main process; every rank when parameters are sharded
+    here = trainer.evaluates_here()  # the main process; every rank when parameters are sharded
     if not resume and here:
-        with lockstep_of(trainer):
+        with trainer.lockstep():
             before = evaluate_run(trainer, task, problems, cfg, before_rows)
         if trainer.acc.is_main_process:
             _write_json_atomic(Path(cfg.run.out_dir) / BEFORE, {"info": info, "before": before,
@@ -112,16 +110,15 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
     summary: dict[str, Any] = {**info, **result, "run_dir": str(cfg.run.out_dir),
                                "processes": trainer.acc.num_processes}
     if here:
-        with lockstep_of(trainer):
+        with trainer.lockstep():
             after = evaluate_run(trainer, task, problems, cfg, after_rows)
     if not trainer.acc.is_main_process:
         return {}
     if trainer.acc.is_main_process:
         from rlvr.models.export import export_policy
-        policy = trainer.export_model() if hasattr(trainer, "export_model") else trainer.policy  # e.g. TinyLoRA folded
+        policy = trainer.export_model()  # e.g. TinyLoRA folded
         summary["final"] = str(export_policy(policy, trainer.tokenizer, Path(cfg.run.out_dir) / "final"))
-        if hasattr(trainer, "callbacks"):
-            trainer.callbacks.evaluate(trainer, trainer.step, after)
+        trainer.callbacks.evaluate(trainer, trainer.step, after)
         summary.update(_before_after(before, after))
         write_outcomes(cfg.run.out_dir, before_rows, after_rows)
         write_summary(cfg.run.out_dir, summary)

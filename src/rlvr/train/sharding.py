@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -182,19 +182,6 @@ class FSDP2Sharding(Sharding):
                                     for g in state["param_groups"]]}
         set_optimizer_state_dict(module, _inner(optimizer), by_name,
                                  options=StateDictOptions(full_state_dict=True))
-
-
-def evaluates_here(trainer: Any) -> bool:
-    """Whether this rank runs the evaluations: the main process, or every rank (identical problems,
-    in lock-step) when parameters are sharded, since each forward then needs every rank."""
-    sharding = getattr(trainer, "sharding", None)
-    return trainer.acc.is_main_process or bool(sharding is not None and sharding.sharded)
-
-
-def lockstep_of(trainer: Any) -> AbstractContextManager:
-    """The trainer's lock-step context (a no-op for trainers without a ``sharding``)."""
-    sharding = getattr(trainer, "sharding", None)
-    return nullcontext() if sharding is None else sharding.lockstep()
 
 
 def _backend(acc: Accelerator) -> type[Sharding]:

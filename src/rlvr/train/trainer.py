@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import copy
 import json
-import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
 from accelerate import Accelerator
-from tqdm.auto import tqdm
 
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
@@ -29,7 +28,6 @@ from rlvr.rewards.functions import objective_weights
 from rlvr.rollout.warm_start import warm_start_by
 from rlvr.tasks.pool import uses_pool, verifier_pool
 from rlvr.train import deepspeed_backend as ds
-from rlvr.train.budget import budget_reason, end_step
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
@@ -38,7 +36,8 @@ from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
-from rlvr.train.logging import PhaseTimer, RunLogger
+from rlvr.train.logging import PhaseTimer
+from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.movement import Movement
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
 from rlvr.train.sharding import Sharding, make_accelerator
@@ -97,7 +96,6 @@ class Trainer(UpdatePhase):
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
         self.seconds_spent = 0.0  # RL wall-clock so far, across resumes (the time budget)
-        self._saved_step = -1  # the step of the last checkpoint written or loaded
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -108,46 +106,32 @@ class Trainer(UpdatePhase):
         with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed,
                            memory_mb=self.cfg.rollout.verify_memory_mb), self.sharding.lockstep(), \
                 self.collector.session():  # the generator process of rollout.async_rollout, if any
-            return self._train(resume, eval_fn)
+            return run_loop(self, resume, eval_fn, desc="rl")
 
-    def _train(self, resume: bool, eval_fn: Any) -> dict[str, Any]:
+    def begin(self, resume: bool) -> dict[str, float]:
+        """Restore the latest checkpoint, or write config.yaml (and the reference a resume needs)."""
         if resume:
             self._resume()
         else:
             self._write_run_files()
-        run = self.cfg.run
-        logger = RunLogger(self.run_dir, enabled=self.acc.is_main_process, resume_step=self.step,
-                           report_to=run.report_to, table_every=run.table_every, config=to_dict(self.cfg))
-        bar = tqdm(total=self.cfg.run.steps, initial=self.step, desc="rl", disable=not self.acc.is_main_process)
-        while (reason := self._budget_reason()) is None:
-            start = time.perf_counter()
-            try:
-                metrics, batch = self.train_step()
-            except NonFiniteLossError as err:
-                self.optimizer.zero_grad(set_to_none=True)
-                last = latest_checkpoint(self.run_dir)
-                raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
-                                         f"checkpoint: {last or 'none'}") from err
-            stop = end_step(self, metrics, round(metrics["rollout/generated_completions"] * self.acc.num_processes),
-                            start, eval_fn, logger)
-            logger.samples(self.step, _samples(batch, self.cfg.run.log_samples, self.tokenizer))
-            bar.set_postfix(reward=f"{metrics.get('reward/mean', 0):.3f}", loss=f"{metrics['loss/total']:.4f}")
-            bar.update(1)
-            if stop:
-                reason = "callback"
-                break
-            if self.cfg.run.save_every and self.step % self.cfg.run.save_every == 0:
-                self.save()
-        bar.close()
-        if self._saved_step != self.step:  # the last step may have been saved periodically already
-            self.save()
-        logger.close()
-        return {"steps": self.step, "rollouts": self.rollouts_spent, "seconds": self.seconds_spent,
-                "stopped_by": reason}
+        return {}
 
-    def _budget_reason(self) -> str | None:
-        """Which budget ended the run (steps, rollouts or seconds), or None to go on."""
-        return budget_reason(self.cfg.run, self.step, self.rollouts_spent, self.seconds_spent, self.acc)
+    def loop_step(self) -> StepOutput:
+        """``train_step`` as ``run_loop`` takes it; a non-finite loss leaves the weights as they were."""
+        try:
+            metrics, batch = self.train_step()
+        except NonFiniteLossError as err:
+            self.optimizer.zero_grad(set_to_none=True)
+            last = latest_checkpoint(self.run_dir)
+            raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
+                                     f"checkpoint: {last or 'none'}") from err
+        return StepOutput(metrics, round(metrics["rollout/generated_completions"] * self.acc.num_processes),
+                          samples=_samples(batch, self.cfg.run.log_samples, self.tokenizer),
+                          postfix={"reward": f"{metrics.get('reward/mean', 0):.3f}",
+                                   "loss": f"{metrics['loss/total']:.4f}"})
+
+    def finish(self) -> dict[str, Any]:
+        return {}
 
     def train_step(self) -> tuple[dict[str, float], Rollouts]:
         """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""
@@ -263,20 +247,38 @@ class Trainer(UpdatePhase):
         from rlvr.train.run_policy import load_run_policy
         return load_run_policy(self.run_dir)[0]
 
-    def save(self) -> None:
+    def heldout_metrics(self) -> dict[str, float]:
+        return {}  # the task's evaluation is all (LURE adds its own)
+
+    def evaluates_here(self) -> bool:
+        return self.acc.is_main_process or self.sharding.sharded
+
+    def lockstep(self) -> AbstractContextManager:
+        return self.sharding.lockstep()
+
+    def save(self) -> Path | None:
         self.acc.wait_for_everyone()
         # Every rank joins the gathers of a sharded model; the main process writes (full tensors).
         weights, optim = self._full_state(self.policy, self.optimizer)
         extras = {name: self._full_state(module, opt)
                   for name, (module, opt) in (self.critic.checkpoint_parts() if self.critic else {}).items()}
+        path = None
         if self.acc.is_main_process:
-            state = {"scheduler": self.scheduler.state_dict(),  # plain numbers (lr_lambdas: [None])
-                     "rollouts_spent": self.rollouts_spent, "seconds_spent": self.seconds_spent,
-                     "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
-            path = save_checkpoint(self.run_dir, self.step, weights, optim, state, extras=extras or None)
-            self.callbacks.save(self, self.step, path)
-        self._saved_step = self.step
+            path = save_checkpoint(self.run_dir, self.step, weights, optim, self.state(), extras=extras or None)
         self.acc.wait_for_everyone()
+        return path
+
+    def state(self) -> dict[str, Any]:
+        """The LR schedule (plain numbers; lr_lambdas: [None]), budget counters, stateful plug-ins."""
+        return {"scheduler": self.scheduler.state_dict(), **counters(self),
+                "plugins": {k: p.state_dict() for k, p in self._stateful_plugins().items()}}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+        load_counters(self, state)
+        for key, plugin in self._stateful_plugins().items():  # e.g. FADE's entropy target
+            if key in state.get("plugins", {}):
+                plugin.load_state_dict(state["plugins"][key])
 
     def _full_state(self, module: torch.nn.Module, optimizer: Any) -> tuple[dict, dict]:
         """Full (unsharded) weights — a LoRA policy's adapter only — and optimizer state, as one process saves them."""
@@ -287,19 +289,11 @@ class Trainer(UpdatePhase):
         if ds.active(self.acc):
             raise ConfigError("resume under DeepSpeed is not supported: its checkpoints hold the weights but not "
                               "ZeRO's sharded optimizer state; start a new run from RUN/final (model.path)")
-        path = latest_checkpoint(self.run_dir)
-        if path is None:
-            raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir / 'checkpoints'}")
+        path = latest_or_raise(self.run_dir)
         state = load_checkpoint(path, self.policy, self.optimizer, verify=False,  # latest_checkpoint verified it
                                 extras=None if self.critic is None else self.critic.checkpoint_parts(),
                                 sharding=self.sharding)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step = self._saved_step = int(state["step"])
-        self.rollouts_spent = int(state.get("rollouts_spent", 0))
-        self.seconds_spent = float(state.get("seconds_spent", 0.0))
-        for key, plugin in self._stateful_plugins().items():  # e.g. FADE's entropy target
-            if key in state.get("plugins", {}):
-                plugin.load_state_dict(state["plugins"][key])
+        self.load_state(state)
         if self._ref_on_disk:
             load_weights(self.run_dir / "reference", self.ref_model, sharding=self.sharding)
 

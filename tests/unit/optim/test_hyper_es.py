@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr.optim.hyper_es import CMASearch, HyperES, budget_reason, maximise
+from rlvr.optim.hyper_es import CMASearch, HyperES, maximise
 from rlvr.optim.merging import LayerwiseMerge
 from rlvr.registry import RegistryError, build
+from rlvr.train.budget import budget_reason
 
 C_STAR = np.array([0.7, -0.3, 1.2, 0.1])
 

@@ -5,6 +5,7 @@ traits of the built-ins, so each check is seen to follow the declaration, not th
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -25,11 +26,29 @@ TRAITS = ("takes_lora", "gradient_knobs", "builds_pipeline")
 
 
 class RecordingLoop:
-    """What a plug-in's ``trainer`` returns here: the config it was built for and the run's callbacks."""
+    """What a plug-in's ``trainer`` returns here: the config it was built for and the run's callbacks,
+    with the rest of the ``Runnable`` protocol (rlvr.train.loop) doing nothing."""
+
+    acc, parts, tokenizer, policy, step = None, {}, None, None, 0
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
         self.callbacks = run_callbacks(cfg)
+
+    def train(self, resume: bool = False, eval_fn: Any = None) -> dict:
+        return {}
+
+    def heldout_metrics(self) -> dict:
+        return {}
+
+    def export_model(self) -> None:
+        return None
+
+    def evaluates_here(self) -> bool:
+        return True
+
+    def lockstep(self) -> Any:
+        return nullcontext()
 
 
 class LoraLoop(OptimizerPlugin):
