@@ -18,8 +18,10 @@ from rlvr.registry import RegistryError, get
 
 
 class OptimizerPlugin(Plugin, ABC):
-    """Builds a trainer with the gradient ``Trainer``'s surface: ``train(resume, eval_fn) -> dict``
-    (steps, rollouts, seconds, stopped_by), ``policy``, ``tokenizer``, ``parts["task"]`` and ``acc``.
+    """Builds a training loop of the ``Runnable`` protocol (``rlvr.train.loop``, docs/design.md §11):
+    ``train(resume, eval_fn) -> dict`` (steps, rollouts, seconds, stopped_by), ``policy``,
+    ``tokenizer``, ``parts["task"]``, ``acc``, ``callbacks``, ``step`` and four small methods; a loop
+    that ``run_loop`` drives step by step is a ``TrainingLoop``.
 
     The class attributes say what the loop takes; a loop of its own on the full weights (the
     default) takes none of them."""
