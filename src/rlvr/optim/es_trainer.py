@@ -1,8 +1,9 @@
 """The ES training loop: population fitness from verifier rewards, checkpoints, metrics, budgets.
 
 A ``TrainingLoop`` (``rlvr.train.loop``) like the gradient ``Trainer``: ``run_loop`` drives it, so
-``rlvr train`` / ``train_run`` run it unchanged, with the same budgets, callbacks and logging. Under ``torchrun`` each rank scores its share
-of the population and every rank applies the same update (``rlvr.optim.es.es_step``).
+``rlvr train`` / ``train_run`` run it unchanged, with the same budgets, callbacks and logging. Under
+``torchrun`` each rank scores its share of the population and every rank applies the same update
+(``rlvr.optim.es.es_step``).
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ class ESTrainer:
         self.acc.wait_for_everyone()
         path = None
         if self.acc.is_main_process:
-            path = save_checkpoint(self.run_dir, self.step, self.policy, NoOptimizerState(), self.state())  # type: ignore[arg-type]
+            empty = NoOptimizerState()
+            path = save_checkpoint(self.run_dir, self.step, self.policy, empty, self.state())  # type: ignore[arg-type]
         self.acc.wait_for_everyone()
         return path
 
