@@ -101,3 +101,22 @@ def test_bad_callback_specs_are_clear_errors(tmp_path):
         Trainer(tiny_config(tmp_path, ["run.callbacks=[tests.e2e.test_callbacks:Missing]"]))
     with pytest.raises(TypeError, match="has none of the hooks"):
         Callbacks([object()])
+
+
+@pytest.mark.parametrize("preset, overrides, extra", [
+    ("progressive_rlvr.yaml", ["optim.params.rl_steps=1"], "adapter"),
+    ("hyper_es.yaml", ["task.name=toy_mixed_test", "optim.params.directions=1", "optim.params.direction_steps=1",
+                       "optim.params.cma_popsize=2"], "coefficients"),
+])
+def test_search_loops_honour_callbacks_and_budgets(tmp_path, preset, overrides, extra):
+    """Hyper-ES and Progressive RLVR run through the same loop skeleton: a callback stops them, its
+    checkpoint is saved once after the loop's closing work, and the summary keeps the loop's own field."""
+    if preset == "hyper_es.yaml":
+        pytest.importorskip("cma")
+        pytest.importorskip("peft")
+    cb = StopAt(1)
+    cfg = tiny_config(tmp_path, ["run.steps=3", "run.eval_every=1", *overrides], path=str(PRESETS / preset))
+    result = make_trainer(cfg, callbacks=[cb]).train(eval_fn=lambda model, step: {"eval/accuracy": 0.5})
+    assert result["stopped_by"] == "callback" and result["steps"] == 1 and extra in result
+    assert [c[:2] for c in cb.calls] == [("evaluate", 1), ("step", 1), ("save", 1)]
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1] and latest_checkpoint(tmp_path).name == "step_000001"
