@@ -162,6 +162,9 @@ class GeneratorProcess:
         while True:
             try:
                 msg = self.results.get(timeout=_POLL_S)
+            except (OSError, EOFError) as err:  # killed while its message was in transit (tensors unreadable)
+                raise GeneratorError(f"the generator process (pid {self.proc.pid}) died while sending a message "
+                                     f"({type(err).__name__}: {err})") from None
             except queue.Empty:
                 if not self.proc.is_alive():
                     raise GeneratorError(f"the generator process (pid {self.proc.pid}) died with exit code "
