@@ -145,7 +145,7 @@ class LURETrainer(Trainer):
         with torch.no_grad(), self.timer("rollout"):
             batch, metrics = self.self_play(model, self.step)
         with self.timer("logprobs"), torch.no_grad():
-            batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
+            batch.ref_logprobs = self.scorer.forward(self.ref_model, batch)[0]
         model.train()
         metrics.update(self.update(batch))
         metrics["lure/anchored"] = float(anchored)

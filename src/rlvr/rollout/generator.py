@@ -74,7 +74,7 @@ def _worker(model: torch.nn.Module, tokenizer: Any, sampler: Any, rollout_cfg: A
                 with torch.no_grad():
                     batch = sampler.sample(model, problems, rollout_cfg.group_size, ctx)
                 where = {id(p): j for j, p in enumerate(problems)}  # the trainer maps rows back to its objects
-                batch.meta["problem_index"] = [where[id(p)] for p in batch.problems]
+                batch.problem_index = torch.tensor([where[id(p)] for p in batch.problems], dtype=torch.long)  # (N,)
                 spent = ctx.spent
                 results.put(("batch", key, Generated(batch, version, spent.completions, spent.tokens,
                                                      time.perf_counter() - start, idle)))
