@@ -91,8 +91,6 @@ class Rollouts:
     path_rollout: Tensor | None = None  # (N,) long: the multi-path rollout a row (one path) belongs to
     path_index: Tensor | None = None  # (N,) long: which path of its rollout the row is (multi_path)
     hidden: Tensor | None = None  # (N, T, H) float32 output-layer inputs of generated tokens (GAR)
-    problem_index: Tensor | None = None  # (N,) long: row -> position in the list of problems sampled
-    # (the generator process's batches, mapped back to the trainer's objects)
     policy_version: Tensor | None = None  # (N,) long: the policy step that generated each row (async)
     value_prompt_ids: Tensor | None = None  # (N, P') the critic's prompt view, left-padded
     value_prompt_mask: Tensor | None = None  # (N, P') bool, True = real critic prompt token
@@ -170,7 +168,7 @@ TOKEN_FIELDS = ("completion_attention", "rollout_logprobs", "old_logprobs", "ref
                 "entropy", "token_origin", "behaviour_logprobs", "token_rewards", "values", "advantages",
                 "role_mask", "turn_baselines", "old_values", "returns", "answer_mask")
 # Optional per-row fields of ``Rollouts``: (N,).
-ROW_FIELDS = ("plan_ids", "path_rollout", "path_index", "problem_index", "policy_version")
+ROW_FIELDS = ("plan_ids", "path_rollout", "path_index", "policy_version")
 
 
 @dataclass

@@ -68,13 +68,13 @@ def test_micro_batches_and_epochs_leave_one_mini_batch_unchanged(tmp_path):
 
 def _record_loss_inputs(trainer: Trainer) -> list:
     """Wrap the objective so every call's LossInputs is kept (to read the ratio it saw)."""
-    seen, objective = [], trainer.parts["objective"]
+    seen, objective = [], trainer.updater.objective
 
     def spy(inputs, **kwargs):
         seen.append(inputs)
         return objective(inputs, **kwargs)
 
-    trainer.parts["objective"] = spy
+    trainer.updater.objective = spy  # the Updater holds the objective it was built with
     return seen
 
 

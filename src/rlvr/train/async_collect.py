@@ -104,8 +104,7 @@ class AsyncCollector(Collector):
         self._requests.pop((self._step, round_), None)
         got = self._got[round_]
         batch = got.batch.to(next(model.parameters()).device)
-        batch.problems = [problems[j] for j in batch.problem_index.tolist()]  # the selector's own objects
-        batch.problem_index = None
+        batch.problems = [problems[j] for j in got.problem_index]  # the selector's own objects
         batch.meta["generated"] = {"completions": got.completions, "tokens": got.tokens}
         return batch
 

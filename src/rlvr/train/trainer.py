@@ -39,8 +39,8 @@ from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weigh
 from rlvr.train.async_collect import AsyncCollector
 from rlvr.train.collect import Collector
 from rlvr.train.config import Config, ConfigError, to_dict
-from rlvr.train.global_batch import (apply_row_weights, gather_feedback, global_normalisers, local_inputs,
-                                    rows_over_ranks, sum_over_ranks)
+from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
+                                    sum_over_ranks)
 from rlvr.train.logging import PhaseTimer, RunLogger
 from rlvr.train.movement import Movement
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
@@ -57,7 +57,10 @@ class Trainer:
     """Builds a run from a ``Config`` and trains it; ``train()`` returns the summary."""
 
     def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 accelerator: Accelerator | None = None, callbacks: list | None = None) -> None:
+                 accelerator: Accelerator | None = None, callbacks: list | None = None,
+                 parts: dict[str, Any] | None = None) -> None:
+        """``parts``: the run's plug-ins as ``build_pipeline(cfg)`` gives them (``validate_run`` built them);
+        built here when not given."""
         self.cfg = cfg
         self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         if cfg.run.threads:
@@ -67,7 +70,7 @@ class Trainer:
         self.sharding = Sharding(self.acc)  # one process, DDP, FSDP2 or DeepSpeed: what differs lives there
         ds.check_supported(self.acc, cfg)
         self.run_dir = Path(cfg.run.out_dir)
-        self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
+        self.parts = build_pipeline(cfg) if parts is None else parts  # fails fast on unknown plug-ins or keys
         torch.manual_seed(cfg.run.training_seed)
         built = model is None
         if built:
@@ -182,7 +185,8 @@ class Trainer:
         with self.timer("update"):  # how far the step moved the policy, then the critic's own update
             metrics.update(movement.finish())
             if self.critic is not None:
-                metrics.update(self.critic.update(batch, batch.returns, self._normalisers(batch.completion_mask)))
+                norm = self.updater.normalisers(batch.completion_mask)  # global, as the policy's losses
+                metrics.update(self.critic.update(batch, batch.returns, norm))
                 metrics["critic/warmup"] = float(warm)
         metrics.update(batch.meta.get("shaper_metrics", {}))
         with self.timer("observe"):
@@ -253,10 +257,6 @@ class Trainer:
         from rlvr.rewards.teacher import first_mistake_tokens
         return first_mistake_tokens(teacher, batch.problems, batch.texts, self.tokenizer,
                                     batch.completion_ids, batch.attention)
-
-    def _normalisers(self, mask: torch.Tensor) -> dict[str, Any]:
-        """The losses' global normalisers of ``mask`` (N, T) (``rlvr.train.global_batch``)."""
-        return global_normalisers(self.acc, mask, self.cfg.rollout.max_new_tokens)
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.policy.parameters() if p.requires_grad]
