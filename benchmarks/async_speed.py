@@ -44,7 +44,7 @@ MODES = {"one_process": [], "sync": ["rollout.async_rollout.in_worker=true"],
          "async_k1": ["rollout.async_rollout.max_staleness=1"], "async_k2": ["rollout.async_rollout.max_staleness=2"]}
 
 
-UPDATE_PHASES = ("forward", "logprobs", "loss", "backward", "optimizer")  # the trainer's update, timed
+UPDATE_PHASES = ("advantage", "reweight", "loss", "update")  # the trainer's stages after verification, timed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

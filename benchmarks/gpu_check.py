@@ -111,7 +111,7 @@ def rlvr_worker(args: argparse.Namespace, setting: str, example: Path, out: Path
             continue  # warm-up: kernels, allocator, caches
         spans.append(time.perf_counter() - t0)
         gen.append(int(batch.attention.sum()) / max(metrics.get("timing/rollout", 0.0), 1e-9))
-        compute = metrics.get("timing/forward", 0.0) + metrics.get("timing/backward", 0.0)
+        compute = metrics.get("timing/loss", 0.0)  # the update's forwards, losses and backwards
         upd.append(metrics.get("update/tokens", 0.0) / max(compute, 1e-9))
     return {"s_per_step": round(statistics.median(spans), 4),
             "generation_tokens_per_s": round(statistics.median(gen), 1),

@@ -47,13 +47,13 @@ def worker(out: Path, overrides: list[str]) -> None:
     cfg = load_config(str(EXAMPLE), overrides)
     trainer = Trainer(cfg)
     grads: list[int] = []
-    step_optimizer = trainer._optimizer_step
+    step_optimizer = trainer.updater.optimizer_step
 
     def measured_step() -> dict:  # gradient bytes just before the step consumes them
         grads.append(_local_bytes(p.grad for p in trainer.model.parameters() if p.grad is not None))
         return step_optimizer()
 
-    trainer._optimizer_step = measured_step
+    trainer.updater.optimizer_step = measured_step
     times = []
     with trainer.sharding.lockstep():
         trainer._write_run_files()

@@ -11,9 +11,10 @@ import torch
 from torch import Tensor
 
 from rlvr.packing import packed_lengths, plan_token_budget
-from rlvr.types import BatchError, Rollouts
+from rlvr.types import TOKEN_FIELDS, BatchError, Rollouts
 
-_LEFT_PADDED = ("prompt_ids", "prompt_mask")  # prompts are left-padded, everything (N, T) right-padded
+# Prompts (the policy's and the critic's view) are left-padded, everything (N, T[, ...]) right-padded.
+_LEFT_PADDED = ("prompt_ids", "prompt_mask", "value_prompt_ids", "value_prompt_mask")
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -25,17 +26,20 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         raise BatchError("concat_rollouts: no batches to join")
     if len(parts) == 1:
         return parts[0]
-    p = max(r.prompt_ids.shape[1] for r in parts)
-    t = max(r.completion_ids.shape[1] for r in parts)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(Rollouts):
         values = [getattr(r, f.name) for r in parts]
         if all(isinstance(v, Tensor) for v in values):
-            kwargs[f.name] = torch.cat([_pad(v, f.name, p, t, pad_id) for v in values], dim=0)
+            kwargs[f.name] = _cat(values, f.name, pad_id)
         elif any(isinstance(v, Tensor) for v in values):
             raise BatchError(f"concat_rollouts: field '{f.name}' is set in some batches and missing in others")
         elif f.name in ("problems", "texts"):
             kwargs[f.name] = [x for v in values for x in v]
+        elif f.name == "row_stats":
+            names = set(values[0])
+            if any(set(v) != names for v in values):
+                raise BatchError(f"concat_rollouts: row_stats differ between batches ({[sorted(v) for v in values]})")
+            kwargs[f.name] = {k: torch.cat([v[k] for v in values]) for k in values[0]}
         elif f.name == "meta":
             kwargs[f.name] = {k: v for part in values for k, v in part.items()}
         else:
@@ -43,15 +47,20 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     return Rollouts(**kwargs)
 
 
-def _pad(x: Tensor, name: str, p: int, t: int, pad_id: int) -> Tensor:
-    if x.dim() != 2:
-        return x
-    width = p if name in _LEFT_PADDED else t
+def _cat(values: list[Tensor], name: str, pad_id: int) -> Tensor:
+    """The parts of one field stacked by rows; (N, W[, ...]) parts padded along W to the widest."""
+    if values[0].dim() < 2:
+        return torch.cat(values, dim=0)
+    width = max(v.shape[1] for v in values)
+    return torch.cat([_pad(v, name, width, pad_id) for v in values], dim=0)
+
+
+def _pad(x: Tensor, name: str, width: int, pad_id: int) -> Tensor:
     missing = width - x.shape[1]
     if missing <= 0:
         return x
-    fill = pad_id if name.endswith("_ids") else 0
-    pad = torch.full((x.shape[0], missing), fill, dtype=x.dtype, device=x.device)
+    fill = pad_id if name.endswith("_ids") else float("nan") if name == "turn_baselines" else 0  # NaN = none
+    pad = torch.full((x.shape[0], missing, *x.shape[2:]), fill, dtype=x.dtype, device=x.device)
     return torch.cat([pad, x] if name in _LEFT_PADDED else [x, pad], dim=1)
 
 
@@ -76,9 +85,7 @@ def mini_batches(n: int, m: int) -> list[Tensor]:
 
 
 # (N, T) per-row completion fields of ``Rollouts`` (cut on the right); the prompt fields are cut on the left.
-_COMPLETION_FIELDS = ("completion_ids", "completion_mask", "completion_attention", "rollout_logprobs",
-                      "old_logprobs", "ref_logprobs", "logprobs", "entropy", "token_origin",
-                      "behaviour_logprobs", "token_rewards", "values", "advantages")
+_COMPLETION_FIELDS = ("completion_ids", "completion_mask", *TOKEN_FIELDS, "hidden")
 
 
 def row_lengths(batch: Rollouts) -> Tensor:

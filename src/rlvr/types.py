@@ -82,7 +82,25 @@ class Rollouts:
     values: Tensor | None = None  # (N, T) optional critic values
     advantages: Tensor | None = None  # (N, T)
     texts: list[str] = field(default_factory=list)  # (N,) decoded completions
-    meta: dict[str, Any] = field(default_factory=dict)  # per-batch extras (e.g. scores' reasons)
+    # Per-row structure and intermediate results of later stages (None when absent); ``select`` slices
+    # them with the rest, so a filter or refill round never leaves them misaligned.
+    plan_ids: Tensor | None = None  # (N,) long: the plan a row executes, nested in group_ids (multi_turn)
+    role_mask: Tensor | None = None  # (N, T) bool: True on planner tokens (multi_turn planner_roles)
+    turn_baselines: Tensor | None = None  # (N, T) float: counterfactual baseline at a turn's first
+    # token, NaN = none (multi_turn counterfactuals, TCPO)
+    path_rollout: Tensor | None = None  # (N,) long: the multi-path rollout a row (one path) belongs to
+    path_index: Tensor | None = None  # (N,) long: which path of its rollout the row is (multi_path)
+    hidden: Tensor | None = None  # (N, T, H) float32 output-layer inputs of generated tokens (GAR)
+    policy_version: Tensor | None = None  # (N,) long: the policy step that generated each row (async)
+    value_prompt_ids: Tensor | None = None  # (N, P') the critic's prompt view, left-padded
+    value_prompt_mask: Tensor | None = None  # (N, P') bool, True = real critic prompt token
+    old_values: Tensor | None = None  # (N, T) the value model's raw outputs before its update (clip anchor)
+    returns: Tensor | None = None  # (N, T) value targets: the estimator's returns or Monte-Carlo
+    answer_mask: Tensor | None = None  # (N, T) bool answer-span tokens (the answer_mask weighting)
+    row_stats: dict[str, Tensor] = field(default_factory=dict)  # name -> (N,) per-row numbers shapers
+    # and filters compute and pass on (consensus strength, target confidence, contrast)
+    meta: dict[str, Any] = field(default_factory=dict)  # per-batch extras that are not per row:
+    # metrics dicts, notes, counts (``check_meta``: never a tensor)
 
     def __post_init__(self) -> None:
         n, t = check_mask(self.completion_mask, "completion_mask")
@@ -90,13 +108,23 @@ class Rollouts:
             raise BatchError(f"Rollouts: {len(self.problems)} problems for {n} rows")
         check_shape(self.completion_ids, (n, t), "completion_ids")
         check_shape(self.group_ids, (n,), "group_ids")
-        for name in ("completion_attention", "rollout_logprobs", "old_logprobs", "ref_logprobs", "logprobs",
-                     "entropy", "token_origin", "behaviour_logprobs", "token_rewards", "values", "advantages"):
+        for name in TOKEN_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 check_shape(value, (n, t), name)
+        for name in ROW_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                check_shape(value, (n,), name)
+        for name, value in self.row_stats.items():
+            check_shape(value, (n,), f"row_stats['{name}']")
+        if self.hidden is not None and (self.hidden.dim() != 3 or tuple(self.hidden.shape[:2]) != (n, t)):
+            raise BatchError(f"hidden has shape {tuple(self.hidden.shape)}, expected ({n}, {t}, H)")
+        if self.value_prompt_ids is not None or self.value_prompt_mask is not None:
+            check_value_prompt(self.value_prompt_ids, self.value_prompt_mask, n)
         if self.rewards is not None:
             check_rewards(self.rewards, n)
+        check_meta(self.meta)
 
     @property
     def num_rows(self) -> int:
@@ -114,6 +142,8 @@ class Rollouts:
         kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         moved = {name: value.to(device) for name, value in kwargs.items()
                  if isinstance(value, Tensor) and value.device != device}
+        if any(v.device != device for v in self.row_stats.values()):
+            moved["row_stats"] = {k: v.to(device) for k, v in self.row_stats.items()}
         return Rollouts(**{**kwargs, **moved}) if moved else self
 
     def select(self, rows: Tensor) -> "Rollouts":
@@ -126,9 +156,19 @@ class Rollouts:
                 kwargs[f.name] = value[rows]
             elif f.name in ("problems", "texts") and value:
                 kwargs[f.name] = [value[i] for i in rows.tolist()]
+            elif f.name == "row_stats":
+                kwargs[f.name] = {k: v[rows.to(v.device)] for k, v in value.items()}
             else:
                 kwargs[f.name] = value
         return Rollouts(**kwargs)
+
+
+# Optional per-token fields of ``Rollouts``: (N, T), cut with the completions when padding is trimmed.
+TOKEN_FIELDS = ("completion_attention", "rollout_logprobs", "old_logprobs", "ref_logprobs", "logprobs",
+                "entropy", "token_origin", "behaviour_logprobs", "token_rewards", "values", "advantages",
+                "role_mask", "turn_baselines", "old_values", "returns", "answer_mask")
+# Optional per-row fields of ``Rollouts``: (N,).
+ROW_FIELDS = ("plan_ids", "path_rollout", "path_index", "policy_version")
 
 
 @dataclass
@@ -248,6 +288,28 @@ def check_first_mistake(first_mistake: Tensor, n: int, t: int) -> None:
     if bad:
         raise BatchError(f"first_mistake must hold token indices in [-1, T={t}) (-1 = no mistake); "
                          f"rows {bad} are out of range")
+
+
+def check_value_prompt(ids: Tensor | None, mask: Tensor | None, n: int) -> None:
+    """The critic's prompt view: ids and mask (N, P') together, the mask bool."""
+    if ids is None or mask is None:
+        raise BatchError("value_prompt_ids and value_prompt_mask are set together (the critic's prompt view)")
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.shape[0] != n:
+        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+        raise BatchError(f"value_prompt_ids must have shape (N={n}, P'), got {shape}")
+    check_shape(mask, tuple(ids.shape), "value_prompt_mask")
+    if mask.dtype != torch.bool:
+        raise BatchError(f"value_prompt_mask must be a bool tensor (True = real token), got dtype {mask.dtype}")
+
+
+def check_meta(meta: dict[str, Any]) -> None:
+    """``Rollouts.meta`` holds what is not per row (metrics, notes, counts): a tensor there would not be
+    sliced by ``select`` when a filter or refill round changes the rows, so it must be a field."""
+    for key, value in meta.items():
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+        if isinstance(value, Tensor) or any(isinstance(v, Tensor) for v in inner):
+            raise BatchError(f"Rollouts.meta['{key}'] holds a tensor; per-row data belongs in a Rollouts field "
+                             f"(sliced by select) or in row_stats, never in meta")
 
 
 def check_rewards(rewards: Tensor, n: int) -> None:

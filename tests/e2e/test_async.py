@@ -33,7 +33,7 @@ class Recording(Trainer):
     def train_step(self):
         step = self.step
         metrics, batch = super().train_step()
-        self.__dict__.setdefault("seen", []).append((step, batch.meta["policy_version"].clone()))
+        self.__dict__.setdefault("seen", []).append((step, batch.policy_version.clone()))
         return metrics, batch
 
 

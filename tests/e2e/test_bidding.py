@@ -12,10 +12,9 @@ import torch
 from rlvr.envs import EPISODE_KEY, EnvError, build_env
 from rlvr.envs.bidding import budget_split, market, parse_numbers, reference
 from rlvr.registry import build
-from rlvr.train.config import ConfigError
 from rlvr.train.logging import read_metrics
-from rlvr.train.trainer import Trainer, _sampler_structure
-from rlvr.types import Problem, Rollouts
+from rlvr.train.trainer import Trainer
+from rlvr.types import BatchError, Problem, Rollouts
 from tests.helpers.tiny import tiny_config
 
 PRESET = Path(__file__).resolve().parents[2] / "configs" / "methods" / "aigb_dgrpo.yaml"
@@ -160,10 +159,11 @@ def test_sampler_roles_and_plans_feed_d_grpo(tmp_path):
     rewards = torch.tensor([[task.verify(p, t).value] for p, t in zip(batch.problems, batch.texts)])
     assert rewards[:, 0].tolist() == pytest.approx([s[-1] for s in batch.meta["turn_scores"]])
     out = build("advantage", "d_grpo")(AdvantageInputs(rewards=rewards, mask=batch.completion_mask,
-                                                       group_ids=batch.group_ids, **_sampler_structure(batch)))
-    role, adv = batch.meta["role_mask"], out.advantages
-    for pid in batch.meta["plan_ids"].unique():
-        rows = (batch.meta["plan_ids"] == pid).nonzero().flatten()
+                                                       group_ids=batch.group_ids, plan_ids=batch.plan_ids,
+                                                       role_mask=batch.role_mask))
+    role, adv = batch.role_mask, out.advantages
+    for pid in batch.plan_ids.unique():
+        rows = (batch.plan_ids == pid).nonzero().flatten()
         planner = [adv[r][role[r]].unique() for r in rows]
         assert all(p.numel() == 1 for p in planner) and len({float(p) for p in planner}) == 1
         executor = torch.stack([adv[r][batch.completion_mask[r] & ~role[r]][0] for r in rows])
@@ -177,9 +177,8 @@ def test_aigb_preset_passes_plans_and_roles_through_the_trainer(tmp_path):
     row = read_metrics(tmp_path)[-1]
     assert row["adv/num_plans"] == 8.0  # 4 prompts × 2 plans: plan_ids reached d_grpo
     assert 0.0 < row["adv/planner_token_frac"] < 1.0  # role_mask reached d_grpo
-    bad = Rollouts(problems=[Problem("x")] * 2, prompt_ids=torch.zeros(2, 1, dtype=torch.long),
-                   prompt_mask=torch.ones(2, 1, dtype=torch.bool), completion_ids=torch.zeros(2, 3, dtype=torch.long),
-                   completion_mask=torch.ones(2, 3, dtype=torch.bool), group_ids=torch.zeros(2, dtype=torch.long),
-                   meta={"plan_ids": torch.zeros(3, dtype=torch.long)})
-    with pytest.raises(ConfigError, match="a filter or refill round"):
-        _sampler_structure(bad)
+    with pytest.raises(BatchError, match="plan_ids has shape"):  # a misaligned field fails where it is made
+        Rollouts(problems=[Problem("x")] * 2, prompt_ids=torch.zeros(2, 1, dtype=torch.long),
+                 prompt_mask=torch.ones(2, 1, dtype=torch.bool), completion_ids=torch.zeros(2, 3, dtype=torch.long),
+                 completion_mask=torch.ones(2, 3, dtype=torch.bool), group_ids=torch.zeros(2, dtype=torch.long),
+                 plan_ids=torch.zeros(3, dtype=torch.long))

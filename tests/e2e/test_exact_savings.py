@@ -59,9 +59,9 @@ def test_several_epochs_reuse_the_first_epochs_old_logprobs_on_the_rows_computed
                          ids=["kl", "entropy_bonus", "critic"])
 def test_a_method_that_needs_every_row_turns_the_skip_off(tmp_path, preset, overrides):
     trainer = Trainer(tiny_config(tmp_path, overrides, path=f"configs/methods/{preset}.yaml"))
-    assert trainer.cfg.optim.skip_zero_rows and trainer._needs_every_row()
+    assert trainer.cfg.optim.skip_zero_rows and trainer.updater.needs_every_row()
     plain = Trainer(tiny_config(tmp_path / "plain", [], path="configs/methods/grpo.yaml"))
-    assert not plain._needs_every_row()  # ppo_clip with no KL, no entropy bonus, no critic
+    assert not plain.updater.needs_every_row()  # ppo_clip with no KL, no entropy bonus, no critic
 
 
 def test_an_entropy_bonus_computes_every_row(tmp_path):

@@ -68,13 +68,13 @@ def test_micro_batches_and_epochs_leave_one_mini_batch_unchanged(tmp_path):
 
 def _record_loss_inputs(trainer: Trainer) -> list:
     """Wrap the objective so every call's LossInputs is kept (to read the ratio it saw)."""
-    seen, objective = [], trainer.parts["objective"]
+    seen, objective = [], trainer.updater.objective
 
     def spy(inputs, **kwargs):
         seen.append(inputs)
         return objective(inputs, **kwargs)
 
-    trainer.parts["objective"] = spy
+    trainer.updater.objective = spy  # the Updater holds the objective it was built with
     return seen
 
 
@@ -91,7 +91,7 @@ def test_later_mini_batches_see_a_moved_policy(tmp_path):
     assert all(_max_log_ratio(s) > 1e-3 for s in seen[1:])  # ratio ≠ 1 after a step
     row = read_metrics(tmp_path)[-1]
     assert row["loss/behaviour_kl"] > 0 and row["loss/approx_kl"] != 0  # mean over the 4 mini-batches
-    assert "loss/clipfrac" in row and "timing/old_logprobs" in row
+    assert "loss/clipfrac" in row and "timing/loss" in row
 
 
 def test_schedule_counts_optimizer_steps(tmp_path):

@@ -67,7 +67,7 @@ def test_mixed_precision_runs_the_forward_in_bf16(tmp_path):
     seen = []
     trainer.policy.lm_head.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     batch = fixed_global_batch(trainer.policy.config.vocab_size)
-    logp, _ = trainer._logprobs(trainer.model, batch)
+    logp, _ = trainer.scorer.forward(trainer.model, batch)
     assert seen == [torch.bfloat16] and logp.dtype == torch.float32
     with torch.no_grad():
         exact = sequence_logprobs(trainer.policy, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
@@ -117,7 +117,7 @@ def test_eager_attention_scores_as_sdpa(tmp_path):
     assert eager.policy.config._attn_implementation == "eager"
     batch = fixed_global_batch(sdpa.policy.config.vocab_size)
     with torch.no_grad():
-        a, b = sdpa._logprobs(sdpa.model, batch)[0], eager._logprobs(eager.model, batch)[0]
+        a, b = sdpa.scorer.forward(sdpa.model, batch)[0], eager.scorer.forward(eager.model, batch)[0]
     assert (a - b)[batch.completion_mask].abs().max().item() < 1e-5
 
 

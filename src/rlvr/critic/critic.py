@@ -25,9 +25,6 @@ from rlvr.ops import masked_mean
 from rlvr.rollout.lockstep import forward_count
 from rlvr.types import Rollouts
 
-_PROMPT, _OLD = "critic_prompt", "critic_old_values"  # per-batch entries in Rollouts.meta
-
-
 class GradClipper(Protocol):
     """What the critic needs of the run's backend (``rlvr.train.sharding.Sharding`` provides it)."""
 
@@ -82,12 +79,14 @@ class Critic:
 
     @torch.no_grad()
     def predict(self, batch: Rollouts) -> dict[str, float]:
-        """Value forward: ``batch.values`` (N, T) for the advantage estimator (bounded as configured)."""
+        """Value forward: ``batch.values`` (N, T) for the advantage estimator (bounded as configured);
+        also fills the critic's prompt view ``batch.value_prompt_ids`` / ``_mask`` (N, P') and its raw
+        outputs ``batch.old_values`` (N, T), the clip anchor of the update."""
         ids, mask = critic_prompts(batch, self.tokenizer, self.cfg.template)
-        batch.meta[_PROMPT] = (ids, mask)
+        batch.value_prompt_ids, batch.value_prompt_mask = ids, mask
         self.model.eval()
         raw = self._forward(batch, torch.arange(batch.num_rows))  # (N, T)
-        batch.meta[_OLD] = raw
+        batch.old_values = raw
         values = self.value_model.bounded(raw) * batch.completion_mask
         batch.values = values
         return {"critic/value_mean": masked_mean(values, batch.completion_mask).item(),
@@ -110,7 +109,7 @@ class Critic:
                         continue
                     rows = mbs[i]
                     loss, frac = clipped_value_loss(
-                        self._forward(batch, rows), batch.meta[_OLD][rows], returns[rows], mask[rows],
+                        self._forward(batch, rows), batch.old_values[rows], returns[rows], mask[rows],
                         clip=self.cfg.value_clip, mode=self.cfg.loss_agg, dp_size=self.acc.num_processes, **norm)
                     if not torch.isfinite(loss):
                         self.optimizer.zero_grad(set_to_none=True)
@@ -122,8 +121,8 @@ class Critic:
         return out
 
     def _forward(self, batch: Rollouts, rows: Tensor) -> Tensor:
-        ids, mask = batch.meta[_PROMPT]
-        return self.model(ids[rows], mask[rows], batch.completion_ids[rows], batch.attention[rows])
+        return self.model(batch.value_prompt_ids[rows], batch.value_prompt_mask[rows], batch.completion_ids[rows],
+                          batch.attention[rows])
 
     def _step(self) -> dict[str, float]:
         clip = self.cfg.grad_clip

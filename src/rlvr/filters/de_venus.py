@@ -30,8 +30,8 @@ class LowConfidence(BatchFilter):
     ("Training-Time Supervision Refinement"). RECONSTRUCTION: the rule "drop a group if
     confidence < τ_c" is the docs/methods.md §2.2 reading of the abstract.
 
-    Confidence per row comes from ``meta["target_confidence"]`` (the ``de_venus`` shaper: 1 for
-    gold, the majority's consensus for pseudo-labels) or, failing that, TTRL's ``meta["consensus"]``.
+    Confidence per row comes from ``row_stats["target_confidence"]`` (the ``de_venus`` shaper: 1 for
+    gold, the majority's consensus for pseudo-labels) or, failing that, TTRL's ``row_stats["consensus"]``.
     A group's confidence is the mean over its rows (they share one value when a shaper wrote it).
 
     Differs from no filter: whole groups with unreliable targets are removed before the advantage;
@@ -45,9 +45,9 @@ class LowConfidence(BatchFilter):
     paper = "DE-Venus: a data-efficient RLVR framework (arXiv id unknown; seed abstract)"
 
     def __call__(self, rollouts: Rollouts) -> Rollouts:
-        conf = rollouts.meta.get("target_confidence", rollouts.meta.get("consensus"))
-        if conf is None or len(conf) != rollouts.num_rows:
-            raise BatchError(f"de_venus filter: needs meta['target_confidence'] (or 'consensus') for all "
+        conf = rollouts.row_stats.get("target_confidence", rollouts.row_stats.get("consensus"))
+        if conf is None:
+            raise BatchError(f"de_venus filter: needs row_stats['target_confidence'] (or 'consensus') for all "
                              f"{rollouts.num_rows} rows; run the de_venus (or ttrl) shaper first and this "
                              f"filter before any other")
         gids = rollouts.group_ids
@@ -57,6 +57,5 @@ class LowConfidence(BatchFilter):
         out = rollouts.select(rows)
         metrics = {"filter/low_confidence_kept_groups": float(torch.unique(gids[keep]).numel()),
                    "filter/low_confidence_groups": float(torch.unique(gids).numel())}
-        out.meta = {**rollouts.meta, "target_confidence": torch.as_tensor(conf)[rows.cpu()],
-                    "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
+        out.meta = {**rollouts.meta, "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
         return out

@@ -31,5 +31,6 @@ class AdamW(OptimizerPlugin):
     gradient_knobs = True
     builds_pipeline = True
 
-    def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None) -> Any:
-        return Trainer(cfg, model=model, tokenizer=tokenizer)
+    def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
+                parts: dict[str, Any] | None = None) -> Any:
+        return Trainer(cfg, model=model, tokenizer=tokenizer, parts=parts)

@@ -30,7 +30,9 @@ class OptimizerPlugin(Plugin, ABC):
     # reads the gradient trainer's knobs: run.mixed_precision, optim.mini_batches, optim.old_logprobs,
     # model.gradient_checkpointing (rlvr.train.precision.check_supported refuses them otherwise)
     gradient_knobs: ClassVar[bool] = False
-    builds_pipeline: ClassVar[bool] = False  # builds every RL plug-in of the config; else task + selector
+    # builds every RL plug-in of the config; else task + selector. Its ``trainer`` then also takes
+    # ``parts=`` (``build_pipeline``'s dict, as validation built it) and reuses them
+    builds_pipeline: ClassVar[bool] = False
 
     @abstractmethod
     def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None) -> Any:

@@ -146,7 +146,7 @@ class LURETrainer(Trainer):
         with torch.no_grad(), self.timer("rollout"):
             batch, metrics = self.self_play(model, self.step)
         with self.timer("logprobs"), torch.no_grad():
-            batch.ref_logprobs = self._logprobs(self.ref_model, batch, entropy=False)[0]
+            batch.ref_logprobs = self.scorer.forward(self.ref_model, batch)[0]
         model.train()
         metrics.update(self.update(batch))
         metrics["lure/anchored"] = float(anchored)
@@ -198,7 +198,10 @@ class LURETrainer(Trainer):
         rewards = torch.cat([p.rewards.cpu() for p in [evader, *parts]])  # (N, 1): R_E, then captures C
         for p in [evader, *parts]:
             p.rewards = None  # joined below: concat would pad (N, 1) like an (N, T) field
-        batch = concat_rollouts([with_origin(p.to(evader.completion_ids.device)) for p in [evader, *parts]],
+        # The pursuers' multi-turn structure (roles, plans, turn baselines) is not trained on: the
+        # roles' advantages are set here, so the joined batch carries none of it.
+        joined = [dataclasses.replace(p, role_mask=None, plan_ids=None, turn_baselines=None) for p in [evader, *parts]]
+        batch = concat_rollouts([with_origin(p.to(evader.completion_ids.device)) for p in joined],
                                 self.tokenizer.pad_token_id)
         batch.rewards = rewards.to(batch.completion_mask.device)
         batch.meta = {}  # per-part meta (turn spans) is not row-aligned after joining

@@ -44,7 +44,7 @@ class DEVenus(RewardShaper):
 
     Differs from the verifier reward:
       * only objective 0 of unlabelled rows changes (same K); a fully labelled batch is untouched;
-      * ``meta["target_confidence"]`` (N,) and ``meta["supervision_groups"]`` (one note per group:
+      * ``row_stats["target_confidence"]`` (N,) and ``meta["supervision_groups"]`` (one note per group:
         uid, majority, consensus, contradicts, rewards) are added for the low-confidence filter and
         the supervision state (``selector.observe``).
 
@@ -88,6 +88,7 @@ class DEVenus(RewardShaper):
                    "reward/target_confidence": sum(confidence[g[0]].item() for g in groups(gids)) / max(len(notes), 1),
                    "reward/corrected_frac": corrected_rows / n,
                    "reward/contradicted_frac": contradicted / max(len(notes), 1)}
-        meta = {**rollouts.meta, "target_confidence": confidence, "supervision_groups": notes,
+        meta = {**rollouts.meta, "supervision_groups": notes,
                 "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
-        return replace(rollouts, rewards=rewards, meta=meta)
+        return replace(rollouts, rewards=rewards, meta=meta,
+                       row_stats={**rollouts.row_stats, "target_confidence": confidence})

@@ -95,7 +95,7 @@ class GAR(RewardShaper):
     (verdict > 0) ``r = base + β·max(0, c − m_g)``, ``m_g`` = mean c over the group's passing
     rollouts when more than one, else 0; other rollouts ``r = 0``.
 
-    Hidden states: ``meta["hidden"]`` (N, T, H) captured while decoding (plain sampler with
+    Hidden states: ``Rollouts.hidden`` (N, T, H) captured while decoding (plain sampler with
     ``keep_hidden: true``; no second forward of the rollouts); without it one teacher-forced forward.
     Anchors: ``Problem.solution`` then ``problem.meta`` keys gt_response | gt_cot | gt_solution |
     solution (primary) and gar_aux_responses | teacher_roll_responses | teacher_anchors (aux).
@@ -129,7 +129,7 @@ class GAR(RewardShaper):
             raise BatchError("gar: needs the policy, the tokenizer and verified rewards (N, K)")
         cfg, n = self.config, rollouts.num_rows
         self._last_forwards = 0
-        hidden = rollouts.meta.pop("hidden", None)  # (N, T, H) captured while decoding; freed here
+        hidden, rollouts.hidden = rollouts.hidden, None  # (N, T, H) captured while decoding; freed here
         verdict = rollouts.rewards[:, cfg.column].float()  # (N,)
         cos = torch.zeros(n, device=verdict.device)  # (N,)
         usable = torch.zeros(n, dtype=torch.bool, device=verdict.device)
@@ -145,8 +145,7 @@ class GAR(RewardShaper):
         names = list(rollouts.reward_names) or [f"objective_{k}" for k in range(rollouts.rewards.shape[1])]
         names = [*names[:cfg.column], "gar", *names[cfg.column + 1:], "correct"]
         metrics = _metrics(reward, cos, rel, usable, verdict > 0, self._last_forwards)
-        meta = dict(rollouts.meta)  # "hidden" was popped above
-        meta["shaper_metrics"] = {**rollouts.meta.get("shaper_metrics", {}), **metrics}
+        meta = {**rollouts.meta, "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
         return replace(rollouts, rewards=rewards, reward_names=names, meta=meta)
 
     def _cosines(self, batch: Rollouts, rows: list[int], hidden: Tensor | None, policy: torch.nn.Module,

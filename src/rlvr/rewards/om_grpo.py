@@ -181,9 +181,9 @@ class OMGRPO(RewardShaper):
                    "reward/contrast_abs_mean": contrast.abs().mean().item(),
                    "reward/contrast_pairs": len(pairs) / n_groups, "reward/om_grpo_mean": reward.mean().item(),
                    **gold_metrics(rollouts, agrees), **self._judge_metrics()}
-        meta = {**rollouts.meta, "soft_consensus": cons, "contrast": contrast,
-                "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
-        return replace(rollouts, rewards=rewards, reward_names=names, meta=meta)
+        meta = {**rollouts.meta, "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
+        return replace(rollouts, rewards=rewards, reward_names=names, meta=meta,
+                       row_stats={**rollouts.row_stats, "soft_consensus": cons, "contrast": contrast})
 
     def _judged_pairs(self, rollouts: Rollouts, group_ids: Tensor, keys: list[str | None], policy: Any,
                       tokenizer: Any) -> list[tuple[int, int, float]]:

@@ -114,8 +114,8 @@ class ParallelShapley(RewardShaper):
     P ≤ ``exact_max_paths``, else M random orders); ``Σ_j φ_j = v([P]) − v(∅)``;
     ``r_j = R_outcome·φ_j/Σ_k φ_k`` (proportional, R_outcome = v([P]), the aggregate's score) or ``φ_j``.
 
-    Input: the ``multi_path`` sampler's batch, one row per path (``meta["multi_path"]``: ``rollout``
-    (N,) and ``path`` (N,) indices, so every token of row i belongs to path ``path[i]``), the
+    Input: the ``multi_path`` sampler's batch, one row per path (``Rollouts.path_rollout`` (N,) and
+    ``path_index`` (N,), so every token of row i belongs to path ``path_index[i]``), the
     verifier's per-row verdict in ``rewards[:, column]`` and parsed answers in ``meta["parsed"]``.
     The path reward goes on every token of its row; GRPO over the group (all paths of all rollouts
     of the prompt) then gives the docs/methods.md §2.20 "GRPO-normalised r_j across the paths of the prompt".
@@ -128,7 +128,7 @@ class ParallelShapley(RewardShaper):
       * the aggregate is rule-based (plurality vote), so there are no policy-written aggregation
         tokens; the docs/methods.md §2.20 ``empty_utility: no_path_baseline`` and the generative judge are not built.
 
-    Shapes: rewards (N, K), meta rollout / path (N,) → rewards (N, K + 1). Metrics:
+    Shapes: rewards (N, K), path_rollout / path_index (N,) → rewards (N, K + 1). Metrics:
     ``reward/shapley_mean``, ``reward/shapley_outcome``, ``reward/shapley_phi_abs``, ``reward/shapley_null_frac``.
     """
 
@@ -137,17 +137,17 @@ class ParallelShapley(RewardShaper):
 
     def __call__(self, rollouts: Rollouts) -> Rollouts:
         cfg, n = self.config, rollouts.num_rows
-        info, answers = rollouts.meta.get("multi_path"), rollouts.meta.get("parsed")
-        if info is None or rollouts.rewards is None or answers is None or len(answers) != n \
-                or int(info["rollout"].shape[0]) != n:
-            raise BatchError("parallel_shapley: needs the multi_path sampler's meta['multi_path'] (rollout, path "
-                             f"per row), verified rewards and meta['parsed'] for all {n} rows")
+        answers = rollouts.meta.get("parsed")
+        if rollouts.path_rollout is None or rollouts.path_index is None or rollouts.rewards is None \
+                or answers is None or len(answers) != n:
+            raise BatchError("parallel_shapley: needs the multi_path sampler's path_rollout and path_index "
+                             f"(rollout, path per row), verified rewards and meta['parsed'] for all {n} rows")
         scores = rollouts.rewards[:, cfg.column].float()  # (N,)
         reward = torch.zeros(n)  # (N,)
         phis, outcomes = [], []
-        rollout_ids = info["rollout"].tolist()
+        rollout_ids, path = rollouts.path_rollout.tolist(), rollouts.path_index
         for r in sorted(set(rollout_ids)):
-            rows = sorted((k for k, rid in enumerate(rollout_ids) if rid == r), key=lambda k: int(info["path"][k]))
+            rows = sorted((k for k, rid in enumerate(rollout_ids) if rid == r), key=lambda k: int(path[k]))
             phi, outcome = self._credit([answers[k] for k in rows], [float(scores[k]) for k in rows],
                                         seed=cfg.seed * 1_000_003 + int(rollouts.group_ids[rows[0]]) * 101 + r)
             reward[rows] = allocate(phi, outcome, cfg.allocation)

@@ -62,9 +62,9 @@ class TTRL(RewardShaper):
         rewards, names = with_pseudo_reward(rollouts, reward, "ttrl")
         metrics = {**consensus_metrics(keys, group_ids, strength), "reward/pseudo_mean": reward.mean().item(),
                    **gold_metrics(rollouts, agrees)}
-        meta = {**rollouts.meta, "consensus": strength,
-                "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
-        return replace(rollouts, rewards=rewards, reward_names=names, meta=meta)
+        meta = {**rollouts.meta, "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
+        return replace(rollouts, rewards=rewards, reward_names=names, meta=meta,
+                       row_stats={**rollouts.row_stats, "consensus": strength})
 
 
 def ttrl_rewards(parsed: list[str | None], group_ids: torch.Tensor, ties: str = "first") -> torch.Tensor:

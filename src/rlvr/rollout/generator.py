@@ -43,6 +43,7 @@ class Generated:
     tokens: int
     busy_s: float  # seconds the worker spent generating this batch
     idle_s: float  # seconds the worker waited for a command before it
+    problem_index: list[int]  # (N,) each row's position in the submitted problems (the trainer's objects)
 
 
 def _worker(model: torch.nn.Module, tokenizer: Any, sampler: Any, rollout_cfg: Any, version: int, port: int,
@@ -74,10 +75,10 @@ def _worker(model: torch.nn.Module, tokenizer: Any, sampler: Any, rollout_cfg: A
                 with torch.no_grad():
                     batch = sampler.sample(model, problems, rollout_cfg.group_size, ctx)
                 where = {id(p): j for j, p in enumerate(problems)}  # the trainer maps rows back to its objects
-                batch.meta["problem_index"] = [where[id(p)] for p in batch.problems]
                 spent = ctx.spent
                 results.put(("batch", key, Generated(batch, version, spent.completions, spent.tokens,
-                                                     time.perf_counter() - start, idle)))
+                                                     time.perf_counter() - start, idle,
+                                                     [where[id(p)] for p in batch.problems])))
             mark = time.perf_counter()
     except Exception:  # the trainer raises it as a GeneratorError
         results.put(("error", traceback.format_exc(limit=4)))

@@ -104,7 +104,7 @@ class AsyncCollector(Collector):
         self._requests.pop((self._step, round_), None)
         got = self._got[round_]
         batch = got.batch.to(next(model.parameters()).device)
-        batch.problems = [problems[j] for j in batch.meta.pop("problem_index")]  # the selector's own objects
+        batch.problems = [problems[j] for j in got.problem_index]  # the selector's own objects
         batch.meta["generated"] = {"completions": got.completions, "tokens": got.tokens}
         return batch
 
@@ -157,11 +157,12 @@ class AsyncCollector(Collector):
         self._stats["async/sync_seconds"] += time.perf_counter() - start
 
     def _tag(self, out: Rollouts, step: int) -> dict[str, float]:
-        """Every row's policy version in ``out.meta['policy_version']`` (N,) and the step's async metrics."""
+        """Every row's policy version in ``out.policy_version`` (N,) and the step's async metrics."""
         versions = {r: g.version for r, g in self._got.items()}
         rounds = (out.group_ids // ROUND_STRIDE).tolist()
-        out.meta["policy_version"] = torch.tensor([versions[r] for r in rounds], dtype=torch.long)  # (N,)
-        staleness = step - out.meta["policy_version"]  # (N,)
+        out.policy_version = torch.tensor([versions[r] for r in rounds], dtype=torch.long,
+                                          device=out.group_ids.device)  # (N,)
+        staleness = step - out.policy_version  # (N,)
         if int(staleness.max()) > self.depth:  # _fresh makes this impossible; never train on it silently
             raise GeneratorError(f"step {step}: a row of staleness {int(staleness.max())} > max_staleness "
                                  f"{self.depth} reached the update")
@@ -174,4 +175,4 @@ class AsyncCollector(Collector):
                 "async/trainer_idle_frac": s["async/wait_seconds"] / window if window > 0 else 0.0,
                 "async/generator_busy_seconds": s["async/generator_busy_seconds"],
                 "async/generator_idle_frac": s["async/generator_idle_seconds"] / gen if gen > 0 else 0.0,
-                "async/policy_version": float(out.meta["policy_version"].min())}
+                "async/policy_version": float(out.policy_version.min())}

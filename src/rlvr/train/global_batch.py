@@ -112,3 +112,12 @@ def apply_row_weights(batch: Rollouts, weights: Tensor | None, offset: int) -> d
 def _weight_stats(weights: Tensor) -> dict[str, float]:
     return {"select/loss_weight_min": weights.min().item(), "select/loss_weight_max": weights.max().item(),
             "select/loss_weight_std": weights.std().item() if weights.numel() > 1 else 0.0}
+
+
+def global_normalisers(acc: Accelerator, mask: Tensor, horizon: float) -> dict[str, Any]:
+    """The losses' normalisers: trained tokens and rows of ``mask`` (N, T) over all ranks, and the length
+    constant C of the fixed-norm aggregations (``horizon``: the completion cap, the same on every rank
+    and step, not the padded width)."""
+    local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).float()
+    total = acc.reduce(local, reduction="sum") if acc.num_processes > 1 else local
+    return {"num_tokens": total[0], "num_seqs": total[1], "horizon": float(horizon)}

@@ -49,17 +49,19 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
 
 
 def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 callbacks: list | None = None) -> Runnable:
+                 callbacks: list | None = None, parts: dict[str, Any] | None = None) -> Runnable:
     """The training loop of the optimizer plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
     tokenizer=...)``): the gradient ``Trainer`` for ``adamw``, a loop of its own for ES and friends, each
     a ``Runnable`` (``rlvr.train.loop``; a loop lacking a member is a TypeError naming it).
-    ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them."""
+    ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them.
+    ``parts``: the plug-ins ``validate_run`` built for a loop that ``builds_pipeline``, reused by it."""
     from rlvr.train.precision import check_supported
     check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     from rlvr.train.build import build_plugin
     from rlvr.train.config import PluginSpec
     plugin = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
-    trainer = plugin.trainer(cfg, model=model, tokenizer=tokenizer)
+    built = {"parts": parts} if parts is not None and plugin.builds_pipeline else {}
+    trainer = plugin.trainer(cfg, model=model, tokenizer=tokenizer, **built)
     check_runnable(trainer, f"optimizer '{cfg.optim.name}'")
     if callbacks:
         trainer.callbacks.add(*callbacks)
@@ -75,20 +77,20 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     from rlvr.train.precision import check_supported
     check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
-    validate_run(cfg, writes=main)
+    parts = validate_run(cfg, writes=main)  # the plug-ins it built, for the trainer to reuse
     with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):
         if resume and main:
             _record_resumed_config(cfg)
         with verifier_pool(cfg.rollout.verify_workers, memory_mb=cfg.rollout.verify_memory_mb):
-            return _train_run(cfg, resume, model, tokenizer, callbacks)
+            return _train_run(cfg, resume, model, tokenizer, callbacks, parts)
 
 
 def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokenizer: Any,
-               callbacks: list | None) -> dict[str, Any]:
+               callbacks: list | None, parts: dict[str, Any] | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
         model, tokenizer, info = warm_start_model(cfg)
-    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks)
+    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks, parts=parts)
     task = trainer.parts["task"]
     pool = active()
     if pool is not None and uses_pool(task, trainer.parts.get("reward_functions", ())):

@@ -1,6 +1,9 @@
-"""The RL trainer: one short loop over plug-ins with named, timed phases (docs/design.md §2).
+"""The RL trainer: one step of RL read top to bottom in ``train_step``, one timer per stage
+(docs/design.md §2). It composes a ``Collector`` (the data half: select → rollout → verify → shape
+→ refine), a ``Scorer`` (every no-grad scoring pass) and an ``Updater`` (reweight → loss → update),
+each built once here from explicit parts.
 
-select → rollout → verify → shape → refine → advantage → loss → update → observe
+select → rollout → verify → shape → refine → advantage → reweight → loss → update → observe
 
 Runs in one process or data-parallel under ``torchrun`` / ``accelerate launch`` (each rank
 generates for its share of prompts; losses use global normalisers so the gradient equals the
@@ -42,17 +45,21 @@ from rlvr.train.movement import Movement
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
 from rlvr.train.sharding import Sharding, make_accelerator
 from rlvr.train.truncation import eos_token_ids, mask_truncated
-from rlvr.train.update import UpdatePhase
+from rlvr.train.scorer import Scorer
+from rlvr.train.updater import Updater
 from rlvr.train.validate import context_length, fit_prompts
 from rlvr.train.warm_start import weak_warm_start
 from rlvr.types import AdvantageInputs, Rollouts
 
 
-class Trainer(UpdatePhase):
+class Trainer:
     """Builds a run from a ``Config`` and trains it; ``train()`` returns the summary."""
 
     def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 accelerator: Accelerator | None = None, callbacks: list | None = None) -> None:
+                 accelerator: Accelerator | None = None, callbacks: list | None = None,
+                 parts: dict[str, Any] | None = None) -> None:
+        """``parts``: the run's plug-ins as ``build_pipeline(cfg)`` gives them (``validate_run`` built them);
+        built here when not given."""
         self.cfg = cfg
         self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         if cfg.run.threads:
@@ -62,7 +69,7 @@ class Trainer(UpdatePhase):
         self.sharding = Sharding(self.acc)  # one process, DDP, FSDP2 or DeepSpeed: what differs lives there
         ds.check_supported(self.acc, cfg)
         self.run_dir = Path(cfg.run.out_dir)
-        self.parts = build_pipeline(cfg)  # fails fast on unknown plug-ins or keys
+        self.parts = build_pipeline(cfg) if parts is None else parts  # fails fast on unknown plug-ins or keys
         torch.manual_seed(cfg.run.training_seed)
         built = model is None
         if built:
@@ -85,6 +92,11 @@ class Trainer(UpdatePhase):
         if self.ref_model is not None and not is_lora(model):  # the frozen copy follows the policy
             self.ref_model = self.sharding.prepare_frozen(self.ref_model)  # (sharded like it)
         self.timer = PhaseTimer()
+        self.scorer = Scorer(cfg, self.policy, self.acc.device)
+        self.updater = Updater(cfg=cfg, model=self.model, policy=self.policy, optimizer=self.optimizer,
+                               scheduler=self.scheduler, scaler=self.scaler, acc=self.acc, sharding=self.sharding,
+                               objective=self.parts["objective"], weightings=self.parts["weightings"],
+                               tokenizer=tokenizer, scorer=self.scorer, timer=self.timer, critic=self.critic)
         self.collector = (AsyncCollector if cfg.rollout.async_rollout.enabled else Collector)(
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
@@ -134,45 +146,57 @@ class Trainer(UpdatePhase):
         return {}
 
     def train_step(self) -> tuple[dict[str, float], Rollouts]:
-        """One optimizer step (``ppo_epochs`` of them) on a freshly collected batch."""
+        """One RL step on a freshly collected batch, its stages in order, each under its own timer."""
         model = self.policy
         model.eval()
+        # select → rollout → verify → shape → refine: this rank's batch (the Collector times each stage)
         with torch.no_grad(), autocast(self.cfg, self.acc.device):
             batch, metrics = self.collector.collect(model, self.step)
-        selector = self.parts["selector"]
-        with self.timer("observe"):  # the global batch, so every rank's selector sees the same rows
-            feedback = gather_feedback(self.acc, batch, selector.feedback_meta)
-        if self.critic is not None:
-            with self.timer("value"):
-                metrics.update(self.critic.predict(batch))
-        with self.timer("advantage"):
-            self._advantages(batch, metrics)
-            metrics.update(apply_row_weights(batch, selector.row_weights(feedback), feedback["offset"]))
-        if self.cfg.algorithm.mask_truncated_completions:  # loss only: rewards counted in the baselines
-            metrics["rollout/masked_truncated_frac"] = mask_truncated(batch, eos_token_ids(model, self.tokenizer))
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
+        with self.timer("advantage"):  # values, the estimator, the selector's row weights (global batch)
+            feedback = self._advantage(batch, metrics, model)
         if self.cfg.algorithm.kl_coef > 0 and not warm:
-            with self.timer("logprobs"), torch.no_grad():
-                batch.ref_logprobs = self._scored(batch, model=self.ref_model)[0]
+            with self.timer("loss"), torch.no_grad():  # the KL term's reference log-probs (N, T)
+                batch.ref_logprobs = self.scorer(batch, self.ref_model)[0]
         model.train()
-        movement = Movement(None if warm else selector.update_measure, self._trainable(),
-                            lambda: self._scored(batch)[0], batch.completion_mask,
+        movement = Movement(None if warm else self.parts["selector"].update_measure, self._trainable(),
+                            lambda: self.scorer(batch)[0], batch.completion_mask,
                             lambda stats: sum_over_ranks(self.acc, stats))
-        with self.timer("movement"):
+        with self.timer("update"):
             movement.start()
+        # reweight → loss → update: ppo_epochs × mini-batches × micro-batches (the Updater times each)
         metrics.update({"loss/total": 0.0} if warm else self.update(batch))
-        with self.timer("movement"):
+        with self.timer("update"):  # how far the step moved the policy, then the critic's own update
             metrics.update(movement.finish())
+            if self.critic is not None:
+                norm = self.updater.normalisers(batch.completion_mask)  # global, as the policy's losses
+                metrics.update(self.critic.update(batch, batch.returns, norm))
+                metrics["critic/warmup"] = float(warm)
         metrics.update(batch.meta.get("shaper_metrics", {}))
-        if self.critic is not None:
-            metrics.update(self._critic_update(batch, warm))
         with self.timer("observe"):
-            selector.observe({**feedback, "metrics": metrics})
+            self.parts["selector"].observe({**feedback, "metrics": metrics})
         metrics.update(self.timer.pop())
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
         return self._mean_over_ranks(metrics), batch
 
-    # --- phases -----------------------------------------------------------------------------
+    def update(self, batch: Rollouts) -> dict[str, float]:
+        """The reweight, loss and update stages on ``batch`` (``Updater.update``)."""
+        return self.updater.update(batch)
+
+    # --- the advantage stage ----------------------------------------------------------------
+
+    def _advantage(self, batch: Rollouts, metrics: dict[str, float], model: torch.nn.Module) -> dict[str, Any]:
+        """Values (critic), advantages, the selector's row weights and truncation masking on ``batch``;
+        returns the selector's feedback (the global batch, so every rank's selector sees the same rows)."""
+        selector = self.parts["selector"]
+        feedback = gather_feedback(self.acc, batch, selector.feedback_meta)
+        if self.critic is not None:
+            metrics.update(self.critic.predict(batch))
+        self._advantages(batch, metrics)
+        metrics.update(apply_row_weights(batch, selector.row_weights(feedback), feedback["offset"]))
+        if self.cfg.algorithm.mask_truncated_completions:  # loss only: rewards counted in the baselines
+            metrics["rollout/masked_truncated_frac"] = mask_truncated(batch, eos_token_ids(model, self.tokenizer))
+        return feedback
 
     def _advantages(self, batch: Rollouts, metrics: dict[str, float]) -> None:
         weights = self.cfg.algorithm.reward_weights
@@ -186,12 +210,13 @@ class Trainer(UpdatePhase):
                               f"{batch.rewards.shape[1]} objectives {batch.reward_names}")
         estimator = self.parts["advantage"]
         if estimator.needs_entropy:  # the sampling policy's token entropies (N, T)
-            batch.entropy = self._scored(batch, entropy=True)[1]
+            batch.entropy = self.scorer(batch, entropy=True)[1]
         inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
                                  token_rewards=batch.token_rewards, values=batch.values,
                                  logprobs=batch.rollout_logprobs, first_mistake=self._first_mistakes(batch),
                                  reward_weights=torch.tensor(weights, dtype=torch.float32) if weights else None,
-                                 entropy=batch.entropy, **_sampler_structure(batch))
+                                 entropy=batch.entropy, plan_ids=batch.plan_ids, role_mask=batch.role_mask,
+                                 turn_baselines=batch.turn_baselines)
         inputs = local_inputs(batch, inputs)  # no rows when this rank holds only fully masked rows
         if self.acc.num_processes > 1:  # batch statistics of the global batch, not this rank's rows
             inputs.global_stats = sum_over_ranks(self.acc, estimator.batch_stats(inputs))
@@ -202,17 +227,11 @@ class Trainer(UpdatePhase):
             returns = torch.zeros_like(result.advantages)
         batch.advantages = result.advantages
         if self.critic is not None:  # value targets: the estimator's returns, else Monte-Carlo
-            batch.meta["returns"] = returns
+            batch.returns = returns
         adv = result.advantages[batch.completion_mask]
         metrics["adv/mean"] = adv.mean().item() if adv.numel() else 0.0
         metrics["adv/abs_mean"] = adv.abs().mean().item() if adv.numel() else 0.0
         metrics.update({f"adv/{k}": float(v) for k, v in result.metrics.items()})
-
-    def _critic_update(self, batch: Rollouts, warm: bool) -> dict[str, float]:
-        """Value regression on the step's returns, after the policy update (global normalisers)."""
-        with self.timer("critic_update"):
-            out = self.critic.update(batch, batch.meta["returns"], self._global_normalisers(batch.completion_mask))
-        return {**out, "critic/warmup": float(warm)}
 
     def _first_mistakes(self, batch: Rollouts) -> torch.Tensor | None:
         """(N,) token index of each row's first wrong step, from the teacher (only when one is needed)."""
@@ -220,9 +239,11 @@ class Trainer(UpdatePhase):
         if teacher is None:
             return None
         from rlvr.rewards.teacher import first_mistake_tokens
-        with self.timer("teacher"):
-            return first_mistake_tokens(teacher, batch.problems, batch.texts, self.tokenizer,
-                                        batch.completion_ids, batch.attention)
+        return first_mistake_tokens(teacher, batch.problems, batch.texts, self.tokenizer,
+                                    batch.completion_ids, batch.attention)
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
 
     def _mean_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
         """Average every metric over data-parallel ranks (loss shares average to the global loss)."""
@@ -334,24 +355,6 @@ class Trainer(UpdatePhase):
         for p in ref.parameters():
             p.requires_grad_(False)
         return ref
-
-
-_STRUCTURE = ("plan_ids", "role_mask", "turn_baselines")  # row-aligned tensors a sampler may put in meta
-
-
-def _sampler_structure(batch: Rollouts) -> dict[str, torch.Tensor]:
-    """Plan ids, role masks and counterfactual baselines a sampler filed in ``batch.meta`` (multi_turn),
-    on the batch's device; meta is not re-sliced when a filter drops rows, so a mismatch is an error."""
-    out = {}
-    for key in _STRUCTURE:
-        value = batch.meta.get(key)
-        if value is None:
-            continue
-        if value.shape[0] != batch.num_rows:
-            raise ConfigError(f"batch.meta['{key}'] has {value.shape[0]} rows but the batch has {batch.num_rows}: "
-                              f"a filter or refill round changed the rows after the sampler (use none with it)")
-        out[key] = value.to(batch.completion_mask.device)
-    return out
 
 
 def _samples(batch: Rollouts, n: int, tokenizer: Any) -> list[dict[str, Any]]:

@@ -137,7 +137,7 @@ def test_critic_update_fits_the_returns(tiny):
         critic.predict(b)
         losses.append(critic.update(b, returns, norm)["critic/loss"])
     assert losses[-1] < 0.2 * losses[0]
-    assert "ans=15;12+3=" in tok.decode(b.meta["critic_prompt"][0][0], skip_special_tokens=True)
+    assert "ans=15;12+3=" in tok.decode(b.value_prompt_ids[0], skip_special_tokens=True)
 
 
 def test_checkpoint_round_trips_the_critic(tiny, tmp_path):

@@ -34,7 +34,7 @@ def test_mixed_batch_gold_kept_unlabelled_pseudo_labelled():
     out = build("shaper", "de_venus")(b)
     assert out.rewards[:, 0].tolist() == [1, 0, 1, 0, 1, 1, 0, 0]
     assert out.rewards.shape == (8, 1) and out.reward_names == ["correct"]
-    assert out.meta["target_confidence"].tolist() == [1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5]
+    assert out.row_stats["target_confidence"].tolist() == [1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5]
     notes = out.meta["supervision_groups"]
     assert [(n["uid"], n["majority"], n["consensus"], n["labelled"]) for n in notes] == \
         [("q0", "4", 0.5, True), ("q1", "7", 0.5, False)]
@@ -65,7 +65,7 @@ def test_contradiction_flag_and_corrected_confidence():
               [0, 0, 0, 0, 1, 1, 1, 1], sources={"q1": "corrected"})
     out = build("shaper", "de_venus")(b)
     assert [n["contradicts"] for n in out.meta["supervision_groups"]] == [True, False]
-    assert out.meta["target_confidence"].tolist() == pytest.approx([1.0] * 4 + [0.9] * 4)  # float32
+    assert out.row_stats["target_confidence"].tolist() == pytest.approx([1.0] * 4 + [0.9] * 4)  # float32
     assert out.meta["shaper_metrics"]["reward/corrected_frac"] == 0.5
 
 
@@ -89,7 +89,7 @@ def test_filter_tau_zero_is_identity_and_drops_whole_low_confidence_groups():
     assert same.num_rows == 6 and torch.equal(same.rewards, b.rewards)
     kept = build("filter", "de_venus", tau_c=0.6)(b)
     assert kept.group_ids.tolist() == [0, 0, 1, 1]
-    assert kept.meta["target_confidence"].tolist() == [1.0] * 4
+    assert kept.row_stats["target_confidence"].tolist() == [1.0] * 4
     m = kept.meta["shaper_metrics"]
     assert (m["filter/low_confidence_kept_groups"], m["filter/low_confidence_groups"]) == (2.0, 3.0)
 
@@ -110,9 +110,9 @@ def test_filter_drops_only_whole_groups_on_random_batches():
 
 def test_filter_reads_ttrl_consensus_and_requires_confidence():
     b = batch([None], ["1", "2"], [0, 0], [0, 0])
-    b.meta["consensus"] = torch.tensor([0.5, 0.5])
+    b.row_stats["consensus"] = torch.tensor([0.5, 0.5])
     assert build("filter", "de_venus", tau_c=0.6)(b).num_rows == 0
-    b.meta.pop("consensus")
+    b.row_stats.pop("consensus")
     with pytest.raises(BatchError, match="target_confidence"):
         build("filter", "de_venus", tau_c=0.6)(b)
     with pytest.raises(Exception, match="tau_c is required"):

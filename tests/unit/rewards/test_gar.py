@@ -164,7 +164,7 @@ def test_anchor_cache_one_forward_per_prompt_and_anchor(policy, tok, monkeypatch
     assert shaper.anchor_forwards == 2  # (prompt a, "2") and (prompt b, "4"), once each
     assert out.meta["shaper_metrics"]["reward/gar_anchor_forwards"] == 2.0
     assert calls["n"] == 2  # one forward for the rollouts (no hidden given) + one batched anchor forward
-    batch.meta["hidden"] = torch.zeros(4, batch.completion_ids.shape[1], 32)
+    batch.hidden = torch.zeros(4, batch.completion_ids.shape[1], 32)
     shaper(batch, policy=policy, tokenizer=tok)  # a new call (next step): the cache is rebuilt
     assert shaper.anchor_forwards == 4 and calls["n"] == 3  # hidden given: only the anchor forward
 
@@ -203,9 +203,9 @@ def test_plain_sampler_keep_hidden_feeds_gar_like_a_forward(policy, tok):
     probs = [Problem(prompt="3+4=", answer="7", solution="3+4;7")]
     ctx = SampleContext(tokenizer=tok, rollout=ROLLOUT, seed=4)
     batch = build("sampler", "plain", keep_hidden=True).sample(policy, probs, 3, ctx)
-    assert batch.meta["hidden"].shape == (3, batch.completion_ids.shape[1], 32)
+    assert batch.hidden.shape == (3, batch.completion_ids.shape[1], 32)
     batch.rewards, batch.reward_names = torch.ones(3, 1), ["correct"]
     with_hidden = build("shaper", "gar")(batch, policy=policy, tokenizer=tok)
-    assert "hidden" not in with_hidden.meta and "hidden" not in batch.meta  # consumed, memory freed
+    assert with_hidden.hidden is None and batch.hidden is None  # consumed, memory freed
     forward = build("shaper", "gar")(batch, policy=policy, tokenizer=tok)  # no hidden now: fallback forward
     assert torch.allclose(with_hidden.rewards, forward.rewards, atol=1e-5)

@@ -63,7 +63,7 @@ def test_only_p_pairs_are_judged_per_group():
     # P = 1 per group, two groups of 4: exactly two rows of each group leave w = 0.5.
     shaper = build("shaper", "om_grpo", contrast_pairs=1, contrast_eta=1.0, judge="self_certainty", pairs="any")
     out = shaper(batch(["A"] * 8, [0, 0, 0, 0, 1, 1, 1, 1], logprobs=logprob_rows([-1, -2, -3, -4, -5, -6, -7, -8])))
-    contrast = out.meta["contrast"]
+    contrast = out.row_stats["contrast"]
     for rows in ([0, 1, 2, 3], [4, 5, 6, 7]):
         assert sorted(contrast[rows].tolist()) == [-0.5, 0.0, 0.0, 0.5]  # one winner, one loser
     assert out.meta["shaper_metrics"]["reward/contrast_pairs"] == 1.0
@@ -139,7 +139,7 @@ def test_policy_judge_prompts_the_policy_and_a_tie_stands_for_garbage(tok, polic
     m = out.meta["shaper_metrics"]
     assert m["reward/judge_calls"] == 4 and m["reward/contrast_pairs"] == 2
     assert m["reward/judge_unparsable_frac"] + m["reward/judge_error_frac"] == 1.0
-    assert out.meta["contrast"].tolist() == [0.0, 0.0, 0.0]
+    assert out.row_stats["contrast"].tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(BatchError, match="needs the policy"):
         shaper(batch(["A", "B"], [0, 0]))
 
@@ -153,7 +153,7 @@ def test_judge_model_over_http_through_the_teacher_client(monkeypatch):
     rows = batch(["A", "B"], [0, 0])
     rows.texts = ["bad", "good"]
     out = shaper(rows)
-    assert torch.allclose(out.meta["contrast"], torch.tensor([-0.1, 0.1]))
+    assert torch.allclose(out.row_stats["contrast"], torch.tensor([-0.1, 0.1]))
     assert out.meta["shaper_metrics"]["reward/judge_calls"] == 2
 
 

@@ -92,8 +92,9 @@ def _multi_path_batch(answers: list[str | None], verdicts: list[float], p: int, 
     batch = Rollouts(problems=[Problem(prompt="q")] * n, prompt_ids=torch.ones(n, 1, dtype=torch.long),
                      prompt_mask=torch.ones(n, 1, dtype=torch.bool), completion_ids=torch.ones(n, 2, dtype=torch.long),
                      completion_mask=torch.ones(n, 2, dtype=torch.bool), group_ids=torch.tensor(groups),
-                     rewards=torch.tensor(verdicts)[:, None], reward_names=["correct"], texts=[""] * n)
-    batch.meta.update({"parsed": answers, "multi_path": {"paths": p, "rollout": index // p, "path": index % p}})
+                     rewards=torch.tensor(verdicts)[:, None], reward_names=["correct"], texts=[""] * n,
+                     path_rollout=index // p, path_index=index % p)
+    batch.meta["parsed"] = answers
     return batch
 
 
@@ -113,6 +114,6 @@ def test_shaper_credits_each_path():
     assert torch.allclose(mc.rewards[:, 0], out.rewards[:, 0], atol=0.04)
     assert not torch.equal(mc.rewards[:, 0], out.rewards[:, 0])
     bare = _multi_path_batch(["1", "1"], [1.0, 1.0], 2, [0, 0])
-    del bare.meta["multi_path"]  # a plain batch: no paths to credit
+    bare.path_rollout = bare.path_index = None  # a plain batch: no paths to credit
     with pytest.raises(BatchError, match="multi_path"):
         build("shaper", "parallel_shapley")(bare)

@@ -79,7 +79,7 @@ def _fixed_update(tmp_path, group) -> tuple[torch.Tensor, torch.Tensor, int]:
     batch.advantages = trainer.parts["advantage"](AdvantageInputs(
         rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
     with lockstep(group):
-        scores = trainer._scored(batch)[0]
+        scores = trainer.scorer(batch)[0]
         trainer.update(batch)
     weights = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()])
     return scores, weights, calls[0]

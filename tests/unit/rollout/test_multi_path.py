@@ -25,10 +25,9 @@ def test_rows_paths_and_groups(policy, tok):
     batch = build("sampler", "multi_path", paths=3).sample(policy, _problems(), 2, ctx)
     assert batch.num_rows == 12
     assert batch.group_ids.tolist() == [100] * 6 + [101] * 6
-    info = batch.meta["multi_path"]
-    assert info["paths"] == 3
-    assert info["rollout"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
-    assert info["path"].tolist() == [0, 1, 2] * 4
+    assert batch.meta["sampler_metrics"]["rollout/paths_per_rollout"] == 3.0
+    assert batch.path_rollout.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert batch.path_index.tolist() == [0, 1, 2] * 4
     assert [p.prompt for p in batch.problems] == ["1+2="] * 6 + ["2+5="] * 6
     assert batch.meta["sampler_metrics"]["rollout/multi_path_rollouts"] == 4.0
     assert len(set(batch.texts)) > 1  # the paths are distinct samples

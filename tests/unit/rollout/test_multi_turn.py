@@ -152,14 +152,14 @@ def test_plans_share_the_first_turn_and_nest_in_groups(tok, policy):
     sampler = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=3, plans=2,
                     env_params={"roles": ["planner", "executor"]})
     batch = sampler.sample(policy, _problems(2), 4, _ctx(tok))
-    plan_ids, groups = batch.meta["plan_ids"], batch.group_ids
+    plan_ids, groups = batch.plan_ids, batch.group_ids
     assert plan_ids.tolist() == [200, 200, 201, 201, 202, 202, 203, 203]  # (offset + b)·P + plan
     for pid in plan_ids.unique():
         rows = (plan_ids == pid).nonzero().flatten().tolist()
         assert len({int(groups[r]) for r in rows}) == 1
         first = [tuple(batch.completion_ids[r, slice(*batch.meta["turn_spans"][r][0])].tolist()) for r in rows]
         assert len(set(first)) == 1  # the plan (turn 1) is shared by its executions
-    role = batch.meta["role_mask"]
+    role = batch.role_mask
     for i, spans in enumerate(batch.meta["turn_spans"]):
         s, t = spans[0]
         assert bool(role[i, s:t].all()) and int(role[i].sum()) == t - s  # planner tokens = turn 1 exactly
@@ -171,7 +171,7 @@ def test_counterfactual_baselines_sit_at_selected_turn_starts(tok, policy):
     sampler = build("sampler", "multi_turn", env="scripted_test", max_turns=3, cf_samples=2,
                     cf_selector="surprisal_top_q", cf_top_q=0.5)
     batch = sampler.sample(policy, _problems(1), 2, _ctx(tok))
-    base = batch.meta["turn_baselines"]
+    base = batch.turn_baselines
     marked = (~base.isnan()).nonzero().tolist()
     assert len(marked) == 3  # ceil(0.5 · 6 turns)
     starts = {(i, s) for i, spans in enumerate(batch.meta["turn_spans"]) for s, _ in spans}

@@ -56,7 +56,7 @@ def test_after_a_sync_the_generator_holds_the_trainers_weights_exactly(policy, t
                       group_offset=0)
         got = worker.result("a")
         assert got.version == 1 and got.batch.num_rows == 4 and got.completions == 4
-        assert got.batch.meta["problem_index"] == [0, 0, 1, 1]  # rows map back to the trainer's problems
+        assert got.problem_index == [0, 0, 1, 1]  # rows map back to the trainer's problems
     finally:
         worker.close()
 

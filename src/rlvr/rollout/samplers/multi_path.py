@@ -28,8 +28,8 @@ class MultiPathSampler(Sampler):
     seed abstract), docs/methods.md §2.20 (the rollout half; RECONSTRUCTION of the layout).
 
     Layout: one row per path. Row ``k`` of problem b is path ``k mod P`` of rollout ``k div P``
-    (rollouts numbered across the batch); ``meta["multi_path"] = {"paths": P, "rollout": (N,),
-    "path": (N,)}`` records it, so every token of row k belongs to path ``path[k]`` — the
+    (rollouts numbered across the batch); ``Rollouts.path_rollout`` (N,) and ``path_index`` (N,)
+    record it, so every token of row k belongs to path ``path[k]`` — the
     per-token record, without a (N, T) tensor. Paths see only the prompt (parallel paths attend to
     the prompt, never to each other), so a row's trainer forward is exactly its sampling context
     and every token is on-policy. The aggregate answer of a rollout is computed from its paths'
@@ -40,7 +40,7 @@ class MultiPathSampler(Sampler):
         a path's reward across the paths of all rollouts of the prompt (docs/methods.md §2.20);
       * with P = 1 it is the plain sampler, row for row.
 
-    Shapes: B problems → N = B·G·P rows; completion ids / mask (N, T); meta rollout / path (N,).
+    Shapes: B problems → N = B·G·P rows; completion ids / mask (N, T); path_rollout / path_index (N,).
     """
 
     Config = MultiPathConfig
@@ -54,7 +54,7 @@ class MultiPathSampler(Sampler):
         gen = sample_plain(policy, rows, ctx, ctx.seed)
         batch = generation_rollouts(rows, gen, row_group_ids(per_problem, len(problems), ctx.group_offset))
         index = torch.arange(len(rows))
-        batch.meta["multi_path"] = {"paths": p, "rollout": index // p, "path": index % p}
+        batch.path_rollout, batch.path_index = index // p, index % p  # (N,), (N,)
         batch.meta["sampler_metrics"] = {"rollout/paths_per_rollout": float(p),
                                          "rollout/multi_path_rollouts": float(len(problems) * group_size)}
         return batch

@@ -31,9 +31,9 @@ class MultiTurnConfig:
     token_rewards: str = param("none", "'turn_scores' puts each turn's score s_j on its last token "
                                        "(Rollouts.token_rewards, read by tcpo); 'none' leaves them unset")
     plans: int = param(0, "D-GRPO: 0 = G independent episodes per problem; P > 0 = P first turns (plans) per "
-                          "problem, each continued by G/P episodes; rows get meta['plan_ids']")
+                          "problem, each continued by G/P episodes; rows get Rollouts.plan_ids")
     planner_roles: tuple = param(("planner",), "environment roles whose turns are planner tokens "
-                                               "(meta['role_mask'] True), stored when a role is not 'policy'")
+                                               "(Rollouts.role_mask True), stored when a role is not 'policy'")
     cf_samples: int | None = param(None, "TCPO's M (required, docs/methods.md §2.16): alternatives re-sampled from the "
                                          "same history for each selected turn (counterfactual baseline); 0 = none")
     cf_selector: str = param("surprisal_top_q", "which turns get counterfactuals: 'surprisal_top_q' (top q "
@@ -110,10 +110,9 @@ class MultiTurnSampler(Sampler):
       * optional plan branching (D-GRPO: ``plans`` first turns, each continued G/P times) and
         counterfactual re-sampling of selected turns (TCPO: ``cf_samples``);
       * with one turn and no branching, a row is a plain completion of the reset observation.
-    Meta: ``turn_spans`` [(start, end)] per row, ``turn_scores``, ``turn_roles`` (lists per row);
-    ``plan_ids`` (N,) with plans; ``role_mask`` (N, T) when the environment names roles;
-    ``turn_baselines`` (N, T) (NaN = none) with counterfactuals. These are row-aligned: filters that
-    drop rows (and refill rounds) do not re-slice meta.
+    Meta: ``turn_spans`` [(start, end)] per row, ``turn_scores``, ``turn_roles`` (lists per row).
+    Fields: ``plan_ids`` (N,) with plans; ``role_mask`` (N, T) when the environment names roles;
+    ``turn_baselines`` (N, T) (NaN = none) with counterfactuals (``Rollouts.select`` slices them).
 
     Shapes: B problems → N = B·G rows; completion ids / mask / origin (N, T).
     """
@@ -252,12 +251,12 @@ class MultiTurnSampler(Sampler):
         if cfg.token_rewards == "turn_scores":
             batch.token_rewards = _at_turn_ends(eps, width)
         if cfg.plans:
-            batch.meta["plan_ids"] = torch.tensor([(ctx.group_offset + e.group) * cfg.plans + e.plan for e in eps],
-                                                  dtype=torch.long)
+            batch.plan_ids = torch.tensor([(ctx.group_offset + e.group) * cfg.plans + e.plan for e in eps],
+                                          dtype=torch.long)
         if any(r != ROLE_POLICY for e in eps for r in e.roles):
-            batch.meta["role_mask"] = _role_mask(eps, width, cfg.planner_roles) & batch.completion_mask
+            batch.role_mask = _role_mask(eps, width, cfg.planner_roles) & batch.completion_mask
         if baselines is not None:
-            batch.meta["turn_baselines"] = _baseline_tensor(eps, baselines, width)
+            batch.turn_baselines = _baseline_tensor(eps, baselines, width)
         batch.meta["sampler_metrics"] = _metrics(eps, batch, baselines)
         return batch
 

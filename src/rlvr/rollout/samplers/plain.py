@@ -14,7 +14,7 @@ from rlvr.types import Problem, Rollouts
 @dataclass(frozen=True)
 class PlainConfig:
     keep_hidden: bool = param(False, "also keep the output layer's inputs of every generated token in "
-                                     "meta['hidden'] (N, T, H) float32, for shapers that read them (GAR)")
+                                     "Rollouts.hidden (N, T, H) float32, for shapers that read them (GAR)")
 
 
 @register("sampler", "plain")
@@ -24,7 +24,7 @@ class PlainSampler(Sampler):
     Every guided sampler reduces to this one, token for token, when its guidance fraction is 0.
 
     Shapes: B problems → N = B·G rows; completion ids / mask (N, T); with ``keep_hidden``,
-    ``meta["hidden"]`` (N, T, H) (row-aligned until a filter drops rows; GAR pops it while shaping).
+    ``Rollouts.hidden`` (N, T, H) (GAR reads it while shaping and drops it).
     """
 
     Config = PlainConfig
@@ -35,5 +35,5 @@ class PlainSampler(Sampler):
         gen = sample_plain(policy, rows, ctx, ctx.seed, keep_hidden=self.config.keep_hidden)
         batch = generation_rollouts(rows, gen, row_group_ids(group_size, len(problems), ctx.group_offset))
         if gen.hidden is not None:
-            batch.meta["hidden"] = gen.hidden  # (N, T, H)
+            batch.hidden = gen.hidden  # (N, T, H)
         return batch

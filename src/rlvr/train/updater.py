@@ -1,11 +1,11 @@
-"""The update phase of the RL trainer: PPO epochs × mini-batches × micro-batches, one optimizer step
-per mini-batch, losses with global normalisers (docs/design.md §2, the ``loss`` and ``update`` stages).
+"""The update half of the RL step: PPO epochs × mini-batches × micro-batches, one optimizer step
+per mini-batch, losses with global normalisers (docs/design.md §2, the ``reweight``, ``loss`` and
+``update`` stages).
 
-``UpdatePhase`` is a mixin of ``Trainer`` (src/rlvr/train/trainer.py); it reads the trainer's
-``cfg``, ``acc`` (the accelerator), ``model`` (the prepared policy), ``policy`` (unwrapped),
-``optimizer``, ``scheduler``, ``scaler``, ``parts`` (the pipeline's plug-ins), ``timer`` and
-``tokenizer``, and changes only the weights, the optimizer's state and the batch's
-``old_logprobs`` / ``meta``.
+``Updater`` is built once by ``Trainer`` (src/rlvr/train/trainer.py) from explicit parts (the
+prepared model, its optimizer and schedule, the objective and weightings, the backend, the scorer)
+and changes only the weights, the optimizer's state and the batch's ``old_logprobs`` /
+``answer_mask``.
 
 Two exact savings plan the micro-batches (``rlvr.batching.UpdatePlan``), each on by default:
 
@@ -47,12 +47,11 @@ import torch
 from rlvr.batching import UpdatePlan, mini_batches, row_lengths
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.ops import kl_estimate, masked_mean
-from rlvr.packing import packed_lengths, packing_problem
-from rlvr.rollout.scoring import (ROW_WISE_ATTENTION, attention_implementation, packed_logprobs,
-                                  packing_unsupported, sequence_logprobs)
+from rlvr.packing import packed_lengths
 from rlvr.rollout.lockstep import forward_count
 from rlvr.train.config import ConfigError
-from rlvr.train.precision import autocast
+from rlvr.train.global_batch import global_normalisers
+from rlvr.train.scorer import Scorer
 from rlvr.types import LossInputs, Rollouts
 from rlvr.weighting import WeightingInputs
 
@@ -61,8 +60,24 @@ from rlvr.weighting import WeightingInputs
 _ADDITIVE = {"loss/total", "loss/policy", "loss/kl", "loss/entropy"}
 
 
-class UpdatePhase:
-    """Gradient steps on a collected, scored batch (mixed into ``Trainer``)."""
+class Updater:
+    """Gradient steps on a collected, scored batch.
+
+    ``cfg``: the run's ``Config`` (``optim``, ``rollout.sampler`` / ``max_new_tokens``); ``model``: the
+    prepared (possibly wrapped) policy and ``policy`` the same module unwrapped; ``optimizer`` /
+    ``scheduler`` / ``scaler`` (fp16 only, else None) step it; ``acc`` and ``sharding`` are the run's
+    accelerator and backend; ``objective`` the policy loss and ``weightings`` the token weightings;
+    ``scorer`` the no-grad scoring pass; ``critic`` (or None) only says whether every row is needed;
+    ``timer`` times the stages.
+    """
+
+    def __init__(self, *, cfg: Any, model: torch.nn.Module, policy: torch.nn.Module, optimizer: Any, scheduler: Any,
+                 scaler: Any, acc: Any, sharding: Any, objective: Any, weightings: list, tokenizer: Any,
+                 scorer: Scorer, timer: Any, critic: Any = None) -> None:
+        self.cfg, self.model, self.policy = cfg, model, policy
+        self.optimizer, self.scheduler, self.scaler = optimizer, scheduler, scaler
+        self.acc, self.sharding, self.scorer, self.timer = acc, sharding, scorer, timer
+        self.objective, self.weightings, self.tokenizer, self.critic = objective, weightings, tokenizer, critic
 
     def update(self, batch: Rollouts) -> dict[str, float]:
         """``ppo_epochs`` × ``mini_batches`` optimizer steps on ``batch``, each with global normalisers.
@@ -76,7 +91,7 @@ class UpdatePhase:
         o = self.cfg.optim
         minis = mini_batches(batch.num_rows, o.mini_batches)
         fill_old = self._behaviour_logprobs(batch)
-        plan = self._update_plan(batch)
+        plan = self.plan(batch)
         out: dict[str, float] = {}
         for epoch in range(o.ppo_epochs):
             sums: dict[str, float] = {}
@@ -97,45 +112,29 @@ class UpdatePhase:
             batch.old_logprobs = batch.rollout_logprobs.detach().float()
             return False
         if self.cfg.optim.mini_batches > 1:  # the policy moves between mini-batches: score all rows first
-            with self.timer("old_logprobs"):
-                batch.old_logprobs = self._scored(batch)[0]
+            with self.timer("loss"):
+                batch.old_logprobs = self.scorer(batch)[0]
             return False
         batch.old_logprobs = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
         return True
 
-    def _update_plan(self, batch: Rollouts) -> UpdatePlan:
+    def plan(self, batch: Rollouts) -> UpdatePlan:
         """Which rows the update computes and in what order (``optim.skip_zero_rows``, ``trim_padding``)."""
         o = self.cfg.optim
         keep = None
-        if o.skip_zero_rows and not self._needs_every_row():
+        if o.skip_zero_rows and not self.needs_every_row():
             keep = ((batch.advantages != 0) & batch.completion_mask).any(-1)  # (N,) rows with any gradient
-        if self._packs(self.policy, batch):
+        if self.scorer.packs(self.policy, batch):
             return UpdatePlan(o.micro_batch_size, keep, packed_lengths(batch.prompt_mask, batch.attention),
                               o.length_buckets, budget=o.max_tokens_per_micro_batch, packed=True)
         budget = o.max_tokens_per_micro_batch
         lengths = row_lengths(batch) if o.trim_padding or budget else None
         return UpdatePlan(o.micro_batch_size, keep, lengths, o.length_buckets, budget=budget)
 
-    def _packs(self, model: torch.nn.Module, batch: Rollouts) -> bool:
-        """Whether passes of ``model`` over ``batch`` are packed (``optim.packing``): ``always`` packs and
-        fails where the model or the batch cannot take it; ``auto`` packs where it can and the
-        attention implementation computes each row alone (flash-attention; sdpa and eager would
-        compute the pack's whole L x L score matrix, slower than padding on CPU: benchmarks/
-        step_speed.py); ``never`` never packs."""
-        mode = self.cfg.optim.packing
-        if mode == "never":
-            return False
-        reason = packing_unsupported(model) or packing_problem(batch.prompt_mask, batch.attention,
-                                                               batch.completion_mask)
-        if mode == "always" and reason is not None:
-            raise ConfigError(f"optim.packing=always cannot pack this pass: {reason}; optim.packing=auto falls "
-                              f"back to padded micro-batches (optim.micro_batch_size, optim.trim_padding)")
-        return reason is None and (mode == "always" or attention_implementation(model) in ROW_WISE_ATTENTION)
-
-    def _needs_every_row(self) -> bool:
+    def needs_every_row(self) -> bool:
         """True when a row with zero advantage may still move the loss: the objective (KL, entropy
         bonus, an unproven policy loss), a token weighting or a critic says so."""
-        parts = [self.parts["objective"], *self.parts["weightings"], getattr(self, "critic", None)]
+        parts = [self.objective, *self.weightings, self.critic]
         return any(getattr(part, "needs_every_row", True) for part in parts if part is not None)
 
     def _mini_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, plan: UpdatePlan) -> dict[str, float]:
@@ -145,7 +144,7 @@ class UpdatePhase:
         included; each rank runs at least one micro-batch and synchronises on its last backward only,
         so ranks with different numbers of micro-batches still all-reduce once, together.
         """
-        norm = self._global_normalisers(batch.completion_mask[rows])
+        norm = self.normalisers(batch.completion_mask[rows])
         mbs = plan.micro_batches(rows)
         computed = sum(idx.numel() for idx in mbs)
         passes = forward_count(len(mbs))  # sharded: as many forward/backward passes as any rank runs
@@ -160,16 +159,16 @@ class UpdatePhase:
                 step_metrics = self._micro_step(batch, idx, fill_old, norm, idx.numel() / computed, plan, sync)
             for key, value in step_metrics.items():
                 sums[key] = sums.get(key, 0.0) + value
-        with self.timer("optimizer"):
-            sums.update(self._optimizer_step())
+        with self.timer("update"):
+            sums.update(self.optimizer_step())
         return sums
 
     def _micro_step(self, batch: Rollouts, rows: torch.Tensor, fill_old: bool, norm: dict,
                     share: float, plan: UpdatePlan, last: bool = True) -> dict[str, float]:
         mb = plan.view(batch, rows)  # (n, P') prompts, (n, T') completions
         t = mb.completion_mask.shape[1]
-        with self.timer("forward"):
-            logp, ent = self._logprobs(self.model, mb, entropy=True, packed=plan.packed)
+        with self.timer("loss"):
+            logp, ent = self.scorer.forward(self.model, mb, entropy=True, packed=plan.packed)
         if fill_old:
             batch.old_logprobs[rows, :t] = logp.detach()
         old = batch.old_logprobs[rows, :t]
@@ -179,8 +178,7 @@ class UpdatePhase:
                             entropy=ent, ref_logprobs=mb.ref_logprobs, rollout_logprobs=mb.rollout_logprobs,
                             token_origin=mb.token_origin, behaviour_logprobs=mb.behaviour_logprobs)
         with self.timer("loss"):
-            loss, metrics = self.parts["objective"](inputs, dp_size=self.acc.num_processes, **norm)
-        with self.timer("backward"):
+            loss, metrics = self.objective(inputs, dp_size=self.acc.num_processes, **norm)
             self.sharding.backward(self.model, loss, last, self.scaler)
         # Loss terms are already this micro-batch's share of the mini-batch's global value (they add
         # up); per-call diagnostics (clip fractions, entropy means) are averaged by row share over the
@@ -200,7 +198,7 @@ class UpdatePhase:
     def _idle_micro_step(self, batch: Rollouts, rows: torch.Tensor, last: bool) -> None:
         """A forward and backward that add nothing to the gradients (loss × 0), so a sharded rank with
         fewer micro-batches than another keeps its collectives in line with theirs."""
-        logp, _ = self._logprobs(self.model, batch, rows=rows)
+        logp, _ = self.scorer.forward(self.model, batch, rows=rows)
         self.sharding.backward(self.model, logp.sum() * 0.0, last, self.scaler)
 
     def _reweight(self, mb: Rollouts, answer: torch.Tensor | None, logp: torch.Tensor,
@@ -208,7 +206,7 @@ class UpdatePhase:
         """The reweight stage: token weightings on this micro-batch's advantages (n, T'), and their
         ``adv/…`` metrics on this micro-batch (the caller averages them over micro-batches by row share)."""
         adv, metrics = mb.advantages, {}
-        weightings = self.parts["weightings"]
+        weightings = self.weightings
         if not weightings:
             return adv, metrics
         with self.timer("reweight"):
@@ -221,16 +219,17 @@ class UpdatePhase:
 
     def _answer_mask(self, batch: Rollouts) -> torch.Tensor | None:
         """(N, T) answer-span tokens, located once per batch for the weighting that asks for them."""
-        spotter = next((w for w in self.parts["weightings"] if w.needs_answer_mask), None)
+        spotter = next((w for w in self.weightings if w.needs_answer_mask), None)
         if spotter is None:
             return None
-        if "answer_mask" not in batch.meta:  # micro-batches and PPO epochs share one batch
+        if batch.answer_mask is None:  # micro-batches and PPO epochs share one batch
             from rlvr.weighting.answer_mask import answer_mask_from_ids
-            batch.meta["answer_mask"] = answer_mask_from_ids(self.tokenizer, batch.completion_ids, batch.attention,
-                                                             marker=spotter.config.marker, span=spotter.config.span)
-        return batch.meta["answer_mask"]
+            batch.answer_mask = answer_mask_from_ids(self.tokenizer, batch.completion_ids, batch.attention,
+                                                     marker=spotter.config.marker, span=spotter.config.span)
+        return batch.answer_mask
 
-    def _optimizer_step(self) -> dict[str, float]:
+    def optimizer_step(self) -> dict[str, float]:
+        """Clip (unscale under fp16) and step; a non-finite gradient norm skips the step (fp16) or raises."""
         total = self.sharding.engine_step(self.model)  # an engine that clips and steps itself (DeepSpeed)
         if total is not None:
             if not math.isfinite(total):
@@ -257,56 +256,7 @@ class UpdatePhase:
         self.optimizer.zero_grad(set_to_none=True)
         return {"optim/grad_norm": total.item()}
 
-    def _logprobs(self, model: torch.nn.Module, batch: Rollouts, rows: torch.Tensor | None = None,
-                  entropy: bool = False, packed: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(n, T) log-probs (and entropies) of ``batch``'s rows ``rows`` (all by default), padded or
-        packed into one padding-free sequence (``packed``: the caller checked the model takes it)."""
-        sel = slice(None) if rows is None else rows
-        forward = packed_logprobs if packed else sequence_logprobs
-        with autocast(self.cfg, self.acc.device):
-            return forward(model, batch.prompt_ids[sel], batch.prompt_mask[sel], batch.completion_ids[sel],
-                                     batch.attention[sel], temperature=self.cfg.rollout.temperature,
-                                     with_entropy=entropy, entropy_grad=entropy and self.cfg.algorithm.entropy_coef > 0)
-
-    def _scored(self, batch: Rollouts, entropy: bool = False,
-                model: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """No-grad log-probs (and entropies) (N, T) of the batch under ``model`` (default: the current
-        policy), ``rollout.micro_batch_size`` rows a forward (with ``optim.trim_padding``: rows sorted
-        by length, each forward cut to its own longest row; 0 at the cut columns, which are padding).
-        With packing (``optim.packing``) each forward is one padding-free sequence, of at most
-        ``optim.max_tokens_per_scoring_pass`` tokens where that is set."""
-        policy = self.policy if model is None else model
-        training = policy.training
-        policy.eval()
-        o = self.cfg.optim
-        size, budget = self.cfg.rollout.micro_batch_size, o.max_tokens_per_scoring_pass
-        if self._packs(policy, batch):
-            plan = UpdatePlan(size, None, packed_lengths(batch.prompt_mask, batch.attention), budget=budget,
-                              packed=True)
-        else:
-            plan = UpdatePlan(size, None, row_lengths(batch) if o.trim_padding or budget else None, budget=budget)
-        logp = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.completion_mask.device)
-        ent = torch.zeros_like(logp) if entropy else None
-        chunks = plan.micro_batches(torch.arange(batch.num_rows, device=logp.device))
-        with torch.no_grad():
-            for rows in chunks:
-                mb = plan.view(batch, rows)
-                lp, en = self._logprobs(policy, mb, entropy=entropy, packed=plan.packed)
-                t = lp.shape[1]
-                logp[rows, :t] = lp.float()
-                if entropy:
-                    ent[rows, :t] = en.float()
-            for _ in range(forward_count(len(chunks)) - len(chunks)):  # sharded: as many forwards as any rank
-                self._logprobs(policy, plan.view(batch, chunks[0][:1]))
-        policy.train(training)
-        return logp, ent
-
-    def _trainable(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.policy.parameters() if p.requires_grad]
-
-    def _global_normalisers(self, mask: torch.Tensor) -> dict[str, Any]:
-        """Trained tokens and rows over all ranks, and the length constant C of the fixed-norm
-        aggregations: the completion cap (the same on every rank and step, not the padded width)."""
-        local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).float()
-        total = self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local
-        return {"num_tokens": total[0], "num_seqs": total[1], "horizon": float(self.cfg.rollout.max_new_tokens)}
+    def normalisers(self, mask: torch.Tensor) -> dict[str, Any]:
+        """Trained tokens and rows of ``mask`` (N, T) over all ranks and the fixed-norm length constant
+        (``rollout.max_new_tokens``): what every loss of the step divides by."""
+        return global_normalisers(self.acc, mask, self.cfg.rollout.max_new_tokens)
