@@ -28,9 +28,9 @@ def check_async(cfg: Any) -> None:
     """Raise ``ValueError`` when ``cfg`` cannot run with ``rollout.async_rollout`` as set."""
     a, loss = cfg.rollout.async_rollout, cfg.algorithm.loss
     where = "rollout.async_rollout"
-    if cfg.optim.name != "adamw":
+    if not cfg.optim.plugin_class().gradient_knobs:  # the gradient Trainer's collector is what goes async
         raise ValueError(f"{where}: optimizer '{cfg.optim.name}' runs its own loop; asynchronous generation "
-                         f"needs optim.name=adamw")
+                         f"needs the gradient trainer (optim.name=adamw)")
     if cfg.rollout.sampler.name != "plain":
         raise ValueError(f"{where}: the generator process runs the plain sampler only, got rollout.sampler="
                          f"'{cfg.rollout.sampler.name}' (it reads the verifier or a reference in the trainer)")
