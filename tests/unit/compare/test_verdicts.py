@@ -210,3 +210,20 @@ def test_gate_pre_registered_not_testable_and_too_few_seeds():
     assert _gates(fam)[0] == "pre-registered: one objective only"
     fam.records[:] = [r for r in fam.records if r["seed"] == 0]
     assert "fewer than 2 paired seeds" in _gates(fam)
+
+
+def test_family_table_states_each_control_outcome_as_the_gates_judge_it():
+    from rlvr.compare.findings import _control_outcome, _controlled
+
+    fam = _family({**CONTROLS, "good": _shift(0.05)}, [_claim("good")], roles=CONTROL_ROLES)
+    harmed = _control_outcome(fam, "harmed", "positive_control", m=1, alpha=0.05)
+    again = _control_outcome(fam, "rl_again", "negative_control", m=1, alpha=0.05)
+    # harmed = base - 0.06 + WIGGLE: mean difference -0.06 + mean(WIGGLE) = -0.0586
+    assert harmed.startswith("harmed (positive): accuracy_after -0.059 ± ") and harmed.endswith(": detected")
+    assert again.startswith("rl_again (negative): accuracy_after +0.000 ± ") and again.endswith(": not different")
+    weak = _family({"harmed": _shift(-0.0005), "good": _shift(0.05)}, [_claim("good")],
+                   roles={"harmed": "positive_control"})
+    assert _control_outcome(weak, "harmed", "positive_control", m=1, alpha=0.05).endswith(": not detected")
+    assert "1 of 2 committed families have a positive control** (synthetic)" in _controlled(
+        [fam, _family({"good": _shift(0.05)}, [_claim("good")], name="other")])
+    assert "No committed family has a positive control yet" in _controlled([_family({}, [])])
