@@ -54,7 +54,9 @@ from typing import Any
 WORK = {"skipped_row_frac": "skipped_row_frac", "padding_frac": "padding_frac", "tokens": "tokens"}
 
 # rlvr phases that are model compute; everything else in a step is "other".
-COMPUTE_PHASES = {"generation": ("rollout",), "forward": ("forward", "logprobs"), "backward": ("backward",)}
+# rlvr's stage timers (docs/design.md): generation is the rollout stage, the update's forwards and
+# backwards are the loss stage (per micro-batch), the optimizer step is the update stage.
+COMPUTE_PHASES = {"generation": ("rollout",), "forward_backward": ("loss",), "optimizer": ("update",)}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -298,8 +300,8 @@ def _mean(xs: list[float]) -> float:
 
 
 def rlvr_split(res: dict[str, Any]) -> dict[str, Any]:
-    """Mean seconds per phase over the timed steps, grouped as generation / forward / backward /
-    other; "untimed" is step wall time outside every rlvr phase (python between phases)."""
+    """Mean seconds per phase over the timed steps, grouped as generation / forward_backward /
+    optimizer / other; "untimed" is step wall time outside every rlvr phase (python between phases)."""
     phases: dict[str, float] = {}
     for row in res["timing"]:
         for k, v in row.items():
