@@ -88,9 +88,12 @@ def test_findings_cites_comparison_files_and_results_that_exist():
     assert {Path(c).name for c in cited if c.startswith("configs/")} <= compared
 
 
-def test_example_with_both_controls_builds_and_gets_the_new_defaults():
-    # configs/compare/controls/baselines.yaml: not a committed family (findings read configs/compare/*.yaml)
-    cfg = load_compare(ROOT / "configs" / "compare" / "controls" / "baselines.yaml")  # every method builds
+def test_families_at_the_new_bar_have_both_controls_ten_seeds_and_a_thousand_problems():
+    for name in ("baselines", "async"):
+        _check_controls(load_compare(ROOT / "configs" / "compare" / f"{name}.yaml"))  # every method builds
+
+
+def _check_controls(cfg) -> None:
     roles = {m.name: m.role for m in cfg.methods}
     assert roles["grpo_rl"] == "negative_control" and roles["grpo_flip"] == "positive_control"
     flip = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_flip"), 3)
