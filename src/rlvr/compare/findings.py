@@ -19,8 +19,8 @@ from rlvr.compare.claims import Claim, parse_claim
 from rlvr.compare.config import load_compare
 from rlvr.compare.power import family_power
 from rlvr.compare.problem_pairs import pair_problems
-from rlvr.compare.verdict_tests import ALPHA, claim_p
-from rlvr.compare.verdicts import KINDS, Family, baseline_gain, control_diffs, judge, oriented
+from rlvr.compare.verdict_tests import ALPHA
+from rlvr.compare.verdicts import KINDS, Family, baseline_gain, control_outcome, judge, oriented
 from rlvr.train.config import ConfigError
 
 FINDINGS = Path("docs/findings.md")
@@ -145,20 +145,17 @@ def _family_row(family: Family, rows: list[dict], m: int, alpha: float) -> str:
 
 
 def _control_outcome(family: Family, control: str, role: str, m: int, alpha: float) -> str:
-    """A control's outcome on each claim metric of its family, judged as the gates judge it: a positive
-    control is detected when worse than the baseline at p ≤ α/m, a negative one differs when p ≤ α."""
+    """A control's outcome on each claim metric of its family, as the gates judge it (``control_outcome``)."""
+    words = {"positive_control": ("not detected", "detected"), "negative_control": ("differed", "not different")}
     parts = []
     for metric in dict.fromkeys(c.metric for c in family.claims if c.versus == "baseline"):
-        test = claim_p(control_diffs(family, control, metric), "better", None)
-        if test["p"] is None:
+        test, passed = control_outcome(family, control, role, metric, m, alpha)
+        if passed is None:
             parts.append(f"{metric}: not run")
             continue
-        if role == "positive_control":
-            word = "detected" if test["p"] <= alpha / max(1, m) and test["mean"] < 0 else "not detected"
-        else:
-            word = "differed" if test["p"] <= alpha else "not different"
         half = f" ± {_half(test):.3f}" if test["sd"] else ""
-        parts.append(f"{metric} {oriented(metric) * test['mean']:+.3f}{half}, p = {test['p']:.2g}: {word}")
+        delta = oriented(metric) * test["mean"]
+        parts.append(f"{metric} {delta:+.3f}{half}, p = {test['p']:.2g}: {words[role][passed]}")
     return f"{control} ({role.split('_')[0]}): " + ("; ".join(parts) or "no claim against the baseline")
 
 

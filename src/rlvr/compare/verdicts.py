@@ -173,18 +173,30 @@ def gates(family: Family, claim: Claim, n_claims: int, alpha: float = ALPHA) -> 
     return failed
 
 
+def control_outcome(family: Family, control: str, role: str, metric: str, n_claims: int,
+                    alpha: float = ALPHA) -> tuple[dict[str, Any], bool | None]:
+    """A control's paired test against the baseline on ``metric`` and whether it did its job: a positive
+    control is detected (worse, p ≤ α/m, the strictest Holm step), a negative one is not different
+    (p > α). None where no seed is paired."""
+    test = claim_p(control_diffs(family, control, metric), "better", None)
+    if test["p"] is None:
+        return test, None
+    if role == "positive_control":
+        return test, test["p"] <= alpha / max(1, n_claims) and test["mean"] < 0
+    return test, test["p"] > alpha
+
+
 def _control_gates(family: Family, metric: str, n_claims: int, alpha: float) -> list[str]:
     failed = []
     positives = family.with_role("positive_control")
     if not positives:
         failed.append("no positive control in the family (underpowered: detection is not shown)")
     for control in positives:
-        test = claim_p(control_diffs(family, control, metric), "better", None)
-        if test["p"] is None or test["p"] > alpha / max(1, n_claims) or test["mean"] >= 0:
+        if not control_outcome(family, control, "positive_control", metric, n_claims, alpha)[1]:
             failed.append(f"positive control {control} not detected on {metric}")
     for control in family.with_role("negative_control"):
-        test = claim_p(control_diffs(family, control, metric), "better", None)
-        if test["p"] is not None and test["p"] <= alpha:
+        test, quiet = control_outcome(family, control, "negative_control", metric, n_claims, alpha)
+        if quiet is False:
             failed.append(f"negative control {control} differed on {metric} (p = {test['p']:.3f})")
     return failed
 
