@@ -61,6 +61,23 @@ def test_es_feeds_the_selector_and_checkpoints_its_state(tmp_path):
     assert len(success) == 3 and success == trainer.parts["selector"].state_dict()["success"]
 
 
+def test_the_rollout_budget_is_a_hard_cap_for_es(tmp_path):
+    # An iteration samples population 4 x 3 prompts x 2 = 24 completions: a cap of 60 allows 2 (48; a
+    # third would make 72, the overspend the comparisons' ES rows had); scoring the centre too, 30 each: 2 (60).
+    for name, extra, per_step in (("plain", [], 24), ("center", ["optim.params.eval_center=true"], 30)):
+        cfg = tiny_config(tmp_path / name, ["run.steps=100", "run.max_rollouts=60", *SMALL, *extra],
+                          path=str(PRESETS / "es.yaml"))
+        summary = make_trainer(cfg).train()
+        assert summary["stopped_by"] == "rollouts" and summary["steps"] == 2, name
+        assert summary["rollouts"] == 2 * per_step <= 60, name
+        assert [r["rollout/sampled_rows"] for r in read_metrics(tmp_path / name)] == [per_step, per_step]
+    # GRPO → ES: 2 gradient steps of 16, then ES iterations of 24 under a cap of 90: 32 + 24 + 24 = 80 (not 104)
+    cfg = tiny_config(tmp_path / "seq", ["run.steps=100", "run.max_rollouts=90", "optim.params.grpo_steps=2", *SMALL],
+                      path=str(PRESETS / "grpo_then_es.yaml"))
+    summary = make_trainer(cfg).train()
+    assert summary["steps"] == 4 and summary["rollouts"] == 80 and summary["stopped_by"] == "rollouts"
+
+
 def test_train_run_drives_es_with_before_after_eval(tmp_path):
     cfg = tiny_config(tmp_path, ["run.steps=1", *SMALL], path=str(PRESETS / "es.yaml"))
     summary = train_run(cfg)

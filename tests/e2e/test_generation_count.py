@@ -99,9 +99,9 @@ def test_tcpo_counts_counterfactual_alternatives(tok, policy):
 
 def test_budget_spends_generated_completions_and_refills(tmp_path):
     # OC-GRPO-style sampler guiding every group: 4 prompts × (4 plain + 2 guided) = 24 completions a
-    # step for 16 returned rows. A budget of 40 now ends the run after step 2 (48 generated); counting
-    # returned rows (16 a step) it ran 3 steps.
-    cfg = tiny_config(tmp_path / "hint", ["run.steps=100", "run.max_rollouts=40",
+    # step for 16 returned rows. A (hard) budget of 50 ends the run after step 2 (48 generated; a third
+    # would make 72); counting returned rows (16 a step) it would run 3 steps (48, a fourth 64 > 50).
+    cfg = tiny_config(tmp_path / "hint", ["run.steps=100", "run.max_rollouts=50",
                                           "rollout.sampler={name: hint, guide_when: fixed_ratio, guide_ratio: 0.5}",
                                           "algorithm.loss.name=oc_grpo"])
     result = Trainer(cfg).train()
@@ -116,3 +116,15 @@ def test_budget_spends_generated_completions_and_refills(tmp_path):
     Trainer(cfg).train()
     row = read_metrics(tmp_path / "refill")[0]
     assert row["rollout/rounds"] == 3 and row["rollout/generated_completions"] == 48 and row["rollout/spent"] == 48
+
+
+def test_refill_rounds_stop_at_the_rollout_cap(tmp_path):
+    # No group passes the filter, so every step would refill twice (3 rounds x 16). Under a cap of 40 the
+    # first step stops after 2 rounds (32; a third would make 48), and no second step starts (32 + 16 > 40).
+    cfg = tiny_config(tmp_path, ["run.steps=100", "run.max_rollouts=40", "rollout.refill_rounds=2",
+                                 "algorithm.filters=[{name: zero_std, tol: 10.0}]"])
+    result = Trainer(cfg).train()
+    row, = read_metrics(tmp_path)
+    assert result["stopped_by"] == "rollouts" and result["steps"] == 1 and result["rollouts"] == 32
+    assert row["rollout/rounds"] == 2 and row["rollout/refills_capped"] == 1.0
+    assert row["rollout/first_round_completions"] == 16

@@ -11,7 +11,7 @@ import torch
 from rlvr.cli import main
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
-from rlvr.train.run import train_run
+from rlvr.train.run import make_trainer, train_run
 from tests.helpers.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
@@ -41,6 +41,20 @@ def test_hyper_es_preset_searches_merge_coefficients(tmp_path):
     assert summary["rollouts"] == 2 * 2 * 16 + 2 * 3 * 16
     ckpt = latest_checkpoint(tmp_path)
     assert ckpt is not None and json.loads((ckpt / "state.json").read_text())["coefficients"] == summary["coefficients"]
+
+
+def test_hyper_es_stops_before_a_generation_past_the_rollout_cap(tmp_path):
+    pytest.importorskip("cma")
+    pytest.importorskip("peft")
+    # directions 2 x 2 x 16 = 64, then generations of 3 candidates x 16 = 48: a cap of 159 allows one
+    # generation (112; a second would make 160); a cap of 100 none (the first is known before it runs).
+    overrides = ["task.name=toy_mixed_test", "run.steps=10", "optim.params.direction_steps=2",
+                 "optim.params.cma_popsize=3", "optim.params.dare_drop_p=0.5", "optim.params.ties_keep_rho=0.5"]
+    for cap, steps, spent in ((159, 1, 112), (100, 0, 64)):
+        cfg = tiny_config(tmp_path / str(cap), [*overrides, f"run.max_rollouts={cap}"],
+                          path=str(PRESETS / "hyper_es.yaml"))
+        summary = make_trainer(cfg).train()
+        assert (summary["steps"], summary["rollouts"], summary["stopped_by"]) == (steps, spent, "rollouts"), cap
 
 
 def test_progressive_preset_distils_quantises_and_bounds(tmp_path, capsys):

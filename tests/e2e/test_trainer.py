@@ -131,11 +131,12 @@ def test_resume_is_exact(tmp_path, monkeypatch, advantage):
 
 
 def test_rollout_budget_stops_the_run(tmp_path):
-    # 4 prompts x 4 completions = 16 rollouts a step: a budget of 40 ends the run after step 3 (48 spent).
+    # 4 prompts x 4 completions = 16 rollouts a step: a budget of 40 is a hard cap, so the run ends
+    # after step 2 (32 spent; a third step would make 48 > 40).
     trainer = Trainer(tiny_config(tmp_path, ["run.steps=100", "run.max_rollouts=40"]))
     result = trainer.train()
-    assert result["stopped_by"] == "rollouts" and result["steps"] == 3 and result["rollouts"] == 48
-    assert [r["rollout/spent"] for r in read_metrics(tmp_path)] == [16, 32, 48]
+    assert result["stopped_by"] == "rollouts" and result["steps"] == 2 and result["rollouts"] == 32
+    assert [r["rollout/spent"] for r in read_metrics(tmp_path)] == [16, 32]
 
 
 def test_time_budget_stops_the_run(tmp_path):

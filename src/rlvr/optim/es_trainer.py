@@ -85,6 +85,10 @@ class ESTrainer:
                           postfix={"reward": f"{metrics['reward/mean']:.3f}",
                                    "update": f"{metrics['es/update_norm']:.2e}"})
 
+    def next_step_cost(self) -> int:
+        """One iteration samples every member's completions (and the centre's, when scored)."""
+        return (self.es.population + int(self.es.eval_center)) * self._num_prompts() * self.es.samples_per_prompt
+
     def finish(self) -> dict[str, Any]:
         return {}
 
@@ -148,7 +152,9 @@ class ESTrainer:
                "reward/max": f.max().item(), "reward/min": f.min().item(),
                "es/z_abs_mean": result.z.abs().mean().item(), "es/update_norm": result.update_norm,
                "es/sigma": es.sigma, "es/alpha": es.step_size,
-               "rollout/sampled_rows": float(es.population * num_prompts * es.samples_per_prompt)}
+               # every completion sampled, the centre's included (the rollout budget)
+               "rollout/sampled_rows": float((es.population + int(es.eval_center)) * num_prompts
+                                             * es.samples_per_prompt)}
         # Verifier-projected JS diversity of this population (§2.5), binary outcome space.
         out["es/js_diversity"] = js_diversity(bernoulli(result.outcomes.clamp(0, 1))).mean().item()
         return out

@@ -199,10 +199,16 @@ class LocalTrainer:
                                    rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed, rank=0,
                                    world_size=1, timer=self.timer)
         self.step, self.rollouts_spent, self.seconds_spent = 0, 0, 0.0
+        self.last_cost = 0  # completions the last step sampled: what the next one will (its loop is regular)
 
     @property
     def policy(self) -> torch.nn.Module:
         return self.model
+
+    def next_step_cost(self) -> int:
+        """What the last step sampled: every step of these loops samples the same prompts and counts
+        (a CMA-ES generation's candidates, a distillation batch); 0 before the first."""
+        return self.last_cost
 
     def begin(self, resume: bool) -> dict[str, float]:
         """Refuse a resume; write config.yaml. (A subclass adds its set-up.)"""
@@ -251,8 +257,16 @@ class HyperESTrainer(LocalTrainer):
         self.seconds_spent = time.perf_counter() - start
         return direction_metrics
 
+    def next_step_cost(self) -> int:
+        """A generation scores ``popsize`` candidates on one batch each: before the first, that many
+        first rounds; then what the last generation sampled."""
+        if self.last_cost or self.search is None:
+            return self.last_cost
+        return self.search.popsize * self.cfg.rollout.prompts_per_step * self.cfg.rollout.group_size
+
     def loop_step(self) -> StepOutput:
         metrics, sampled = self.generation()
+        self.last_cost = sampled
         return StepOutput(metrics, sampled, postfix={"reward": f"{metrics['reward/mean']:.3f}",
                                                      "sigma": f"{metrics['es/sigma']:.3f}"})
 

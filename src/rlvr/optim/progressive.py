@@ -163,7 +163,8 @@ class ProgressiveTrainer(LocalTrainer):
 
     def loop_step(self) -> StepOutput:
         metrics = self.distill_step(self.optimizer)
-        return StepOutput(metrics, int(metrics["rollout/generated_completions"]),
+        self.last_cost = int(metrics["rollout/generated_completions"])
+        return StepOutput(metrics, self.last_cost,
                           postfix={"loss": f"{metrics['loss/total']:.4f}",
                                    "kl": f"{metrics['distill/reverse_kl']:.4f}"})
 

@@ -69,7 +69,8 @@ class AsyncCollector(Collector):
             self.worker = None
         self._requests.clear()
 
-    def collect(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
+    def collect(self, model: torch.nn.Module, step: int,
+                budget: int | None = None) -> tuple[Rollouts, dict[str, float]]:
         self._step, self._got = step, {}
         self._stats = {"async/dropped_rows": 0.0, "async/sync_seconds": 0.0, "async/wait_seconds": 0.0,
                        "async/generator_busy_seconds": 0.0, "async/generator_idle_seconds": 0.0,
@@ -84,7 +85,7 @@ class AsyncCollector(Collector):
             self._sync_if_due(model, step)
             for ahead in range(step + 1, step + 1 + self.depth):
                 self._submit(ahead, 0)
-        out, metrics = super().collect(model, step)
+        out, metrics = super().collect(model, step, budget)
         metrics.update(self._tag(out, step))
         metrics["rollout/generated_completions"] += self._stats["dropped_completions"]  # generated, then dropped
         return out, metrics

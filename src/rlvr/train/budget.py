@@ -8,15 +8,18 @@ from typing import Any
 import torch
 
 
-def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any = None) -> str | None:
-    """Which budget (steps, rollouts, seconds) ends a run, or None to go on. With ``acc`` (an
-    Accelerator) over several processes and a seconds budget, the slowest rank's time is used so
-    every rank stops at the same step (a collective: every rank must call it)."""
+def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any = None,
+                  next_cost: int = 0) -> str | None:
+    """Which budget (steps, rollouts, seconds) ends a run, or None to go on. ``next_cost``: the fewest
+    completions the next step samples; the rollout budget ends the run when that step would pass it
+    (a hard cap: never more than ``run.max_rollouts``). With ``acc`` (an Accelerator) over several
+    processes and a seconds budget, the slowest rank's time is used so every rank stops at the same
+    step (a collective: every rank must call it)."""
     if acc is not None and acc.num_processes > 1 and run.max_seconds:
         seconds = acc.reduce(torch.tensor(seconds, dtype=torch.float64), reduction="max").item()
     if step >= run.steps:
         return "steps"
-    if run.max_rollouts and rollouts >= run.max_rollouts:
+    if run.max_rollouts and (rollouts >= run.max_rollouts or rollouts + next_cost > run.max_rollouts):
         return "rollouts"
     if run.max_seconds and seconds >= run.max_seconds:
         return "seconds"

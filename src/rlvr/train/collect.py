@@ -49,12 +49,19 @@ class Collector:
         """What lives as long as the run (nothing here; the asynchronous collector's generator process)."""
         return contextlib.nullcontext()
 
-    def collect(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
+    def collect(self, model: torch.nn.Module, step: int,
+                budget: int | None = None) -> tuple[Rollouts, dict[str, float]]:
+        """This rank's batch for ``step``. ``budget``: the completions this rank may still sample (the
+        run's hard rollout cap, this rank's share); a refill round that would pass it is not started."""
         parts, kept = [], 0
         stats = {"rollout/rounds": 0.0, "rollout/sampled_rows": 0.0, "rollout/generated_completions": 0.0,
-                 "rollout/generated_tokens": 0.0}
+                 "rollout/generated_tokens": 0.0, "rollout/refills_capped": 0.0}
         first_shaped = None
         for round_ in range(1 + self.cfg.refill_rounds):
+            if round_ and budget is not None and \
+                    stats["rollout/generated_completions"] + stats["rollout/first_round_completions"] > budget:
+                stats["rollout/refills_capped"] = 1.0  # a round costs about what the first one did
+                break
             batch, shaped, raw = self._one_round(model, step, round_)
             first_shaped = shaped if first_shaped is None else first_shaped
             stats["rollout/rounds"] += 1
@@ -62,6 +69,7 @@ class Collector:
             stats["rollout/generated_completions"] += raw.meta["generated"]["completions"]
             stats["rollout/generated_tokens"] += raw.meta["generated"]["tokens"]
             if round_ == 0:
+                stats["rollout/first_round_completions"] = float(raw.meta["generated"]["completions"])
                 stats.update(_reward_stats(raw))
                 stats.update(raw.meta.get("sampler_metrics", {}))
             if batch.num_rows:

@@ -313,9 +313,10 @@ class CriticConfig:
 @dataclass(frozen=True)
 class RunConfig:
     steps: int = param(200, "RL optimizer steps (the budget, unless a rollout or time budget ends the run first)")
-    max_rollouts: int = param(0, "stop once this many completions were generated (all ranks; refills, "
-                                 "discarded or replaced rows, counterfactuals, weak-model drafts and MCMC "
-                                 "proposals included: rollout/generated_completions); 0 = no limit")
+    max_rollouts: int = param(0, "a hard cap on the completions generated (all ranks; refills, discarded "
+                                 "or replaced rows, counterfactuals, weak-model drafts, MCMC proposals and "
+                                 "ES populations included: rollout/generated_completions): no step or "
+                                 "refill round starts that would pass it; 0 = no limit")
     max_seconds: float = param(0.0, "stop once RL training has run this long (wall-clock); 0 = no limit")
     seed: int = param(0, "one seed drives data order, sampling and initialisation (and the warm start)")
     rl_seed: int | None = param(None, "seed of the RL loop alone (data order, sampling, adapter init, ES "

@@ -7,6 +7,9 @@ it saves itself; ``run_loop`` does the rest the same way for all of them:
     begin(resume) → while no budget is spent: loop_step → end_step (step and budgets advance, periodic
     evaluation, log, callbacks) → periodic save → finish → final save
 
+``run.max_rollouts`` is a hard cap: before each step the loop says the fewest completions that step
+will sample (``next_step_cost``), and a step that would take the count past the cap is not started.
+
 Two protocols, checked by members rather than by ``hasattr`` probes at the call sites:
 
 * ``Runnable``: what ``rlvr.train.run.train_run`` drives, the object an optimizer plug-in's
@@ -87,6 +90,11 @@ class TrainingLoop(Runnable, Protocol):
 
     def loop_step(self) -> StepOutput:
         """One optimizer step (one ES iteration, one CMA-ES generation, ...); does not advance ``step``."""
+
+    def next_step_cost(self) -> int:
+        """The fewest completions the next step samples on all ranks (ES: its whole population; the
+        gradient trainer: its first sampling round, as last seen), so ``run_loop`` starts no step past
+        ``run.max_rollouts``; 0 when not known yet. The same on every rank."""
 
     def save(self) -> Path | None:
         """Write a checkpoint of step ``step``; its folder on the main process, None on the others."""
@@ -195,8 +203,10 @@ def end_step(loop: TrainingLoop, metrics: dict[str, float], sampled: int, starte
 
 
 def _budget(loop: TrainingLoop) -> str | None:
-    """Which budget ended the run, or None (a collective over ranks with a seconds budget)."""
-    return budget_reason(loop.cfg.run, loop.step, loop.rollouts_spent, loop.seconds_spent, loop.acc)
+    """Which budget ended the run, or None (a collective over ranks with a seconds budget). The rollout
+    budget is a hard cap: no step starts that would sample past it."""
+    return budget_reason(loop.cfg.run, loop.step, loop.rollouts_spent, loop.seconds_spent, loop.acc,
+                         next_cost=loop.next_step_cost())
 
 
 def _save(loop: TrainingLoop) -> int:

@@ -107,6 +107,7 @@ class Trainer:
             self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
+        self.first_round_cost = 0  # the last step's first sampling round, all ranks (next_step_cost)
         self.seconds_spent = 0.0  # RL wall-clock so far, across resumes (the time budget)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -137,10 +138,23 @@ class Trainer:
             last = latest_checkpoint(self.run_dir)
             raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
                                      f"checkpoint: {last or 'none'}") from err
+        # the next step's first round costs what this one's did (the same prompts and group size)
+        self.first_round_cost = round(metrics["rollout/first_round_completions"] * self.acc.num_processes)
         return StepOutput(metrics, round(metrics["rollout/generated_completions"] * self.acc.num_processes),
                           samples=_samples(batch, self.cfg.run.log_samples, self.tokenizer),
                           postfix={"reward": f"{metrics.get('reward/mean', 0):.3f}",
                                    "loss": f"{metrics['loss/total']:.4f}"})
+
+    def next_step_cost(self) -> int:
+        """The last step's first sampling round on all ranks (before the first step: a batch's rows,
+        prompts × group size): a step needs at least that; its refill rounds are capped inside the
+        step (``_rollouts_left``)."""
+        return self.first_round_cost or self.cfg.rollout.prompts_per_step * self.cfg.rollout.group_size
+
+    def _rollouts_left(self) -> int | None:
+        """This rank's share of what ``run.max_rollouts`` still allows (None: no rollout budget)."""
+        cap = self.cfg.run.max_rollouts
+        return None if not cap else max(0, cap - self.rollouts_spent) // self.acc.num_processes
 
     def finish(self) -> dict[str, Any]:
         return {}
@@ -151,7 +165,7 @@ class Trainer:
         model.eval()
         # select → rollout → verify → shape → refine: this rank's batch (the Collector times each stage)
         with torch.no_grad(), autocast(self.cfg, self.acc.device):
-            batch, metrics = self.collector.collect(model, self.step)
+            batch, metrics = self.collector.collect(model, self.step, self._rollouts_left())
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
         with self.timer("advantage"):  # values, the estimator, the selector's row weights (global batch)
             feedback = self._advantage(batch, metrics, model)

@@ -90,3 +90,5 @@ def test_budget_reason():
     assert budget_reason(Run, 2, 99, 5.0) is None
     assert budget_reason(Run, 3, 0, 0.0) == "steps"
     assert budget_reason(Run, 1, 100, 0.0) == "rollouts"
+    assert budget_reason(Run, 1, 90, 0.0, next_cost=10) is None  # the next step ends exactly on the cap
+    assert budget_reason(Run, 1, 90, 0.0, next_cost=11) == "rollouts"  # it would pass it: a hard cap

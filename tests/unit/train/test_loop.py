@@ -53,6 +53,7 @@ class FakeLoop:
         self.callbacks = Callbacks([Recorder(log, stop_at)])
         self.run_dir = Path(cfg.run.out_dir)
         self.step, self.rollouts_spent, self.seconds_spent = 0, 0, 0.0
+        self.cost = SAMPLED  # what it tells run_loop the next step samples (0: not known)
         self.model = torch.nn.Linear(1, 1)
 
     @property
@@ -72,6 +73,9 @@ class FakeLoop:
         self.log.append(("loop_step", self.step))
         return StepOutput({"reward/mean": 0.1 * self.step}, SAMPLED, samples=[{"row": self.step}],
                           postfix={"reward": "x"})
+
+    def next_step_cost(self) -> int:
+        return self.cost
 
     def save(self) -> Path:
         self.log.append(("save", self.step))
@@ -153,15 +157,19 @@ def test_no_evaluation_where_the_loop_does_not_evaluate(tmp_path):
     assert not [c for c in log if c[0] in ("eval_fn", "on_evaluate")]
 
 
-@pytest.mark.parametrize("overrides, steps, reason", [
-    (["run.steps=10", "run.max_rollouts=7"], 3, "rollouts"),  # 3 steps x 3 = 9 >= 7; 2 x 3 = 6 < 7
-    (["run.steps=2"], 2, "steps"),
-    (["run.steps=10", "run.max_rollouts=3"], 1, "rollouts"),  # the budget is reached exactly
+@pytest.mark.parametrize("overrides, cost, steps, reason", [
+    (["run.steps=10", "run.max_rollouts=7"], SAMPLED, 2, "rollouts"),  # a hard cap: a 3rd step would make 9 > 7
+    (["run.steps=10", "run.max_rollouts=7"], 0, 3, "rollouts"),  # cost not known: stops once 9 >= 7
+    (["run.steps=2"], SAMPLED, 2, "steps"),
+    (["run.steps=10", "run.max_rollouts=3"], SAMPLED, 1, "rollouts"),  # the budget is reached exactly
+    (["run.steps=10", "run.max_rollouts=2"], SAMPLED, 0, "rollouts"),  # not even one step fits
 ])
-def test_a_budget_stops_the_loop(tmp_path, overrides, steps, reason):
+def test_a_budget_stops_the_loop(tmp_path, overrides, cost, steps, reason):
     loop, log, disk = _loop(tmp_path, overrides)
+    loop.cost = cost
     summary = loop.train()
     assert summary["steps"] == steps and summary["stopped_by"] == reason
+    assert summary["rollouts"] == steps * SAMPLED
     assert [c for c in log if c[0] == "loop_step"] == [("loop_step", s) for s in range(steps)]
     assert sorted(disk) == [steps]  # only the final checkpoint (save_every=0)
 
