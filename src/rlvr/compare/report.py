@@ -282,7 +282,7 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
              "response length are not ranked; ties mark nothing) — a ranking of means, not a significance test. "
              "Entropy is `rollout/entropy`, the mean over the rows the update computed: with "
              "`optim.skip_zero_rows` on (the default where no part needs every row) zero-advantage rows are "
-             "left out, so it is comparable only between methods that skip alike.",
+             "left out, so it is comparable only between methods that skip alike. " + SECONDS_NOTE,
              "", "| method | " + " | ".join(c[1] for c in columns) + " |",
              "|---|" + "---:|" * len(columns)]
     for method, stats in results["methods"].items():
@@ -295,6 +295,10 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
     lines += ["", "## Figures", ""] + [f"![{name}]({name})" for name in figures]
     return "\n".join(lines) + "\n"
 
+
+SECONDS_NOTE = ("Seconds (and Δ RL seconds) are each run's RL wall clock: where runs went side by side "
+                "(`--jobs` above 1) or beside other work, they shared the CPU and the column is **not a speed "
+                "measurement**; speed claims come from `benchmarks/`, one process at a time.")
 
 PAIRED_HEADERS = {"accuracy_after": "greedy acc.", "final_reward": "reward (final)", "seconds": "RL seconds",
                   "calibration/brier": "Brier (lower better)", "calibration/ece": "ECE (lower better)"}

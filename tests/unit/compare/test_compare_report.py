@@ -202,6 +202,7 @@ def test_results_md_table_bold_and_failures(report):
     md = (out / "results.md").read_text()
     assert "Budget: 20 optimizer steps per run, equal for every run." in md
     assert "Seeds: 0, 1, 2" in md
+    assert "the column is **not a speed measurement**" in md  # the seconds column's caveat, in every report
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
     header = [c.strip() for c in rows["method"].split("|")[1:-1]]
     assert header[:5] == ["method", "greedy acc. after", "gain over before", "pass@4", "maj@4"]
