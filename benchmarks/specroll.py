@@ -65,6 +65,16 @@ def prepare_model(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     return model, tok, info
 
 
+def engine_params(args: argparse.Namespace) -> dict[str, Any]:
+    """SpecRoll's settings as the preset (configs/methods/specroll.yaml) has them, the comparison's own
+    (Reflex's eta and eps are required there), with ``--num-heads``."""
+    import yaml
+    from rlvr.presets import resolve_config
+    engine = dict(yaml.safe_load(Path(resolve_config("specroll")).read_text())["rollout"]["engine"])
+    engine.pop("name")
+    return {**engine, "num_heads": args.num_heads}
+
+
 def generation(model: Any, tok: Any, rows: int, args: argparse.Namespace) -> dict[str, Any]:
     """Tokens per second of both engines on ``rows`` arithmetic prompts (alternating calls)."""
     from rlvr.models import format_prompt
@@ -73,7 +83,7 @@ def generation(model: Any, tok: Any, rows: int, args: argparse.Namespace) -> dic
     from rlvr.tasks import Arithmetic
     problems = Arithmetic().problems(max(rows // args.group, 1), seed=args.seed + 1)
     prompts = [format_prompt(tok, p.prompt) for p in problems for _ in range(args.group)][:rows]
-    params = {"num_heads": args.num_heads}
+    params = engine_params(args)
     engine_for(model, params).reset()  # fresh heads: this measurement pays its own bootstrap fit
 
     def call(name: str, seed: int) -> tuple[float, int, dict]:
@@ -111,7 +121,7 @@ def greedy_identical(model: Any, tok: Any, args: argparse.Namespace) -> bool:
     from rlvr.tasks import Arithmetic
     prompts = [format_prompt(tok, p.prompt) for p in Arithmetic().problems(32, seed=args.seed + 2)]
     outs = [generate(model, tok, prompts, max_new_tokens=args.max_new_tokens, do_sample=False, engine=name,
-                     engine_params={"num_heads": args.num_heads} if name == "specroll" else None)
+                     engine_params=engine_params(args) if name == "specroll" else None)
             for name in ("loop", "specroll")]
     return bool((outs[0].completion_ids == outs[1].completion_ids).all())
 
@@ -126,7 +136,7 @@ def grpo(model: Any, tok: Any, engine: str, args: argparse.Namespace, folder: Pa
     base = {"task": {"name": "arithmetic"}, "warm_start": {"steps": 0},
             "rollout": {"prompts_per_step": args.prompts, "group_size": args.group,
                         "max_new_tokens": args.max_new_tokens,
-                        "engine": {"name": engine, **({"num_heads": args.num_heads} if engine == "specroll" else {})}},
+                        "engine": {"name": engine, **(engine_params(args) if engine == "specroll" else {})}},
             "algorithm": {"loss": {"name": "ppo_clip"}, "aggregation": {"mode": "token-mean"}},
             "optim": {"lr": 1e-4, "schedule": "constant"},
             "run": {"steps": total, "seed": args.seed, "out_dir": str(out_dir), "eval_every": 0, "save_every": 0,
