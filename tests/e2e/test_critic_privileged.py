@@ -65,8 +65,8 @@ def test_no_privileged_token_reaches_the_policy(tmp_path):
     problems: list[Problem] = []
     original = trainer.collector.collect
 
-    def collect(model, step):
-        batch, metrics = original(model, step)
+    def collect(model, step, budget=None):
+        batch, metrics = original(model, step, budget)
         problems.extend(batch.problems)
         return batch, metrics
 

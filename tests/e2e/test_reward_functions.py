@@ -99,8 +99,8 @@ def test_pool_is_closed_when_the_run_fails(tmp_path, pool_pids, monkeypatch):
     trainer = Trainer(_config(tmp_path, REWARDS[:1], steps=1))
     collect = trainer.collector.collect
 
-    def collect_then_fail(model, step):
-        collect(model, step)
+    def collect_then_fail(model, step, budget=None):
+        collect(model, step, budget)
         raise RuntimeError("step failed")
 
     monkeypatch.setattr(trainer.collector, "collect", collect_then_fail)
