@@ -138,8 +138,10 @@ class Trainer:
             last = latest_checkpoint(self.run_dir)
             raise NonFiniteLossError(f"step {self.step + 1}: {err}; the weights were not updated; last "
                                      f"checkpoint: {last or 'none'}") from err
-        # the next step's first round costs what this one's did (the same prompts and group size)
-        self.first_round_cost = round(metrics["rollout/first_round_completions"] * self.acc.num_processes)
+        # the next step's first round costs what this one's did (the same prompts and group size); a
+        # loop that collects without the Collector's rounds (LURE's self-play) costs what this step did
+        first = metrics.get("rollout/first_round_completions", metrics["rollout/generated_completions"])
+        self.first_round_cost = round(first * self.acc.num_processes)
         return StepOutput(metrics, round(metrics["rollout/generated_completions"] * self.acc.num_processes),
                           samples=_samples(batch, self.cfg.run.log_samples, self.tokenizer),
                           postfix={"reward": f"{metrics.get('reward/mean', 0):.3f}",
