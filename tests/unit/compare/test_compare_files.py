@@ -107,3 +107,19 @@ def _check_controls(cfg) -> None:
     assert flip.run.eval_problems == 1000 and len(cfg.seeds) == 10
     rl = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_rl"), 3)
     assert rl.run.training_seed == 1003 and rl.run.seed == 3
+
+
+def test_calibration_is_at_the_new_bar_with_a_miscalibration_control():
+    # The claim metric is Brier, which reward flips need not move; its positive control is C3RL's own
+    # calibration term with the sign reversed (the harm the claim's reward would undo, at its scale).
+    cfg = load_compare(ROOT / "configs" / "compare" / "calibration.yaml")
+    roles = {m.name: m.role for m in cfg.methods}
+    assert roles["grpo_rl"] == "negative_control" and roles["grpo_miscal"] == "positive_control"
+    harm = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_miscal"), 3)
+    [shaper] = harm.algorithm.shapers
+    assert (shaper.name, shaper.params["beta_cal"], shaper.params["missing"]) == ("c3rl", -0.1, "skip")
+    assert harm.run.eval_problems == 1000 and len(cfg.seeds) >= 10
+    assert cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_rl"), 3).run.training_seed == 1003
+    results = json.loads((ROOT / "docs" / "results" / "calibration" / "results.json").read_text())["runs"]
+    recorded = {(r["method"], r["seed"]) for r in results if r["status"] == "done"}
+    assert {(m, s) for m in roles for s in cfg.seeds} <= recorded
