@@ -94,19 +94,27 @@ def test_findings_cites_comparison_files_and_results_that_exist():
 def test_families_at_the_new_bar_have_both_controls_ten_seeds_and_a_thousand_problems():
     for name in ("baselines", "async", "credit", "rewards", "systems", "optimizers"):
         _check_controls(load_compare(ROOT / "configs" / "compare" / f"{name}.yaml"))  # every method builds
-        results = json.loads((ROOT / "docs" / "results" / name / "results.json").read_text())["runs"]
-        recorded = {(r["method"], r["seed"]) for r in results if r["status"] == "done"}
-        assert {("grpo_rl", s) for s in range(10)} | {("grpo_flip", s) for s in range(10)} <= recorded, name
+        assert {("grpo_rl", s) for s in range(10)} | {("grpo_flip", s) for s in range(10)} <= _recorded(name), name
 
 
 def _check_controls(cfg) -> None:
     roles = {m.name: m.role for m in cfg.methods}
     assert roles["grpo_rl"] == "negative_control" and roles["grpo_flip"] == "positive_control"
-    flip = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_flip"), 3)
+    flip = _run_config(cfg, "grpo_flip", 3)
     assert [(s.name, s.params["rate"]) for s in flip.algorithm.shapers] == [("reward_flip", 0.25)]
     assert flip.run.eval_problems == 1000 and len(cfg.seeds) == 10
-    rl = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_rl"), 3)
+    rl = _run_config(cfg, "grpo_rl", 3)
     assert rl.run.training_seed == 1003 and rl.run.seed == 3
+
+
+def _run_config(cfg, method: str, seed: int):
+    return cfg.run_config(next(m for m in cfg.methods if m.name == method), seed)
+
+
+def _recorded(family: str) -> set[tuple[str, int]]:
+    """(method, seed) of every finished run in the family's committed results.json."""
+    results = json.loads((ROOT / "docs" / "results" / family / "results.json").read_text())["runs"]
+    return {(r["method"], r["seed"]) for r in results if r["status"] == "done"}
 
 
 def test_calibration_is_at_the_new_bar_with_a_miscalibration_control():
@@ -115,11 +123,9 @@ def test_calibration_is_at_the_new_bar_with_a_miscalibration_control():
     cfg = load_compare(ROOT / "configs" / "compare" / "calibration.yaml")
     roles = {m.name: m.role for m in cfg.methods}
     assert roles["grpo_rl"] == "negative_control" and roles["grpo_miscal"] == "positive_control"
-    harm = cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_miscal"), 3)
+    harm = _run_config(cfg, "grpo_miscal", 3)
     [shaper] = harm.algorithm.shapers
     assert (shaper.name, shaper.params["beta_cal"], shaper.params["missing"]) == ("c3rl", -0.1, "skip")
     assert harm.run.eval_problems == 1000 and len(cfg.seeds) >= 10
-    assert cfg.run_config(next(m for m in cfg.methods if m.name == "grpo_rl"), 3).run.training_seed == 1003
-    results = json.loads((ROOT / "docs" / "results" / "calibration" / "results.json").read_text())["runs"]
-    recorded = {(r["method"], r["seed"]) for r in results if r["status"] == "done"}
-    assert {(m, s) for m in roles for s in cfg.seeds} <= recorded
+    assert _run_config(cfg, "grpo_rl", 3).run.training_seed == 1003
+    assert {(m, s) for m in roles for s in cfg.seeds} <= _recorded("calibration")
