@@ -11,6 +11,7 @@ evaluate on held-out problems with k samples and print one JSON object per regim
   (the demonstrations' lengths are checked in tests/unit/tasks/test_regimes.py).
 
     python benchmarks/regimes.py --regime hard --seeds 0 1 --threads 1
+    python benchmarks/regimes.py --regime hard --set task.params.hard_digits=5   # a variant of the regime
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ REGIMES = ("hard", "confident", "mixed_pool", "long")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def measure(regime: str, seed: int, problems: int, k: int) -> dict:
-    cfg = load_config(ROOT / "configs" / "regimes" / f"{regime}.yaml", [f"run.seed={seed}"])
+def measure(regime: str, seed: int, problems: int, k: int, overrides: tuple[str, ...] = ()) -> dict:
+    cfg = load_config(ROOT / "configs" / "regimes" / f"{regime}.yaml", [*overrides, f"run.seed={seed}"])
     start = time.perf_counter()
     model, tokenizer, info = warm_start_model(cfg)
     task = build_task(cfg)
-    out = {"regime": regime, "seed": seed, "warm_start_steps": info.get("warm_start_steps_done",
-                                                                        info.get("warm_start_steps"))}
+    out = {"regime": regime, **({"overrides": list(overrides)} if overrides else {}), "seed": seed,
+           "warm_start_steps": info.get("warm_start_steps_done", info.get("warm_start_steps"))}
     budget = cfg.rollout.max_new_tokens
     if regime == "mixed_pool":
         pool = task.problems(task.config.pool_size, seed=0)[:problems]
@@ -74,11 +75,13 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=200)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override on top of the regime's file (repeatable)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     for regime in args.regime:
         for seed in args.seeds:
-            print(json.dumps(measure(regime, seed, args.problems, args.k)), flush=True)
+            print(json.dumps(measure(regime, seed, args.problems, args.k, tuple(args.overrides))), flush=True)
 
 
 if __name__ == "__main__":

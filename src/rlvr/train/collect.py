@@ -172,6 +172,7 @@ def _reward_stats(batch: Rollouts) -> dict[str, float]:
     return {**extra, "reward/mean": r.mean().item(), "reward/std": r.std().item() if r.numel() > 1 else 0.0,
             "reward/verifier_errors": float(len(batch.meta.get("verifier_errors", []))),
             "rollout/response_length": lengths.mean().item(),
+            "rollout/response_length_std": lengths.std().item() if lengths.numel() > 1 else 0.0,
             "rollout/truncated_frac": (lengths >= batch.completion_ids.shape[1]).float().mean().item()}
 
 
