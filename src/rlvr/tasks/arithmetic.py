@@ -19,8 +19,10 @@ class ArithmeticConfig(TaskConfig):
     min_operations: int = param(0, "regime 'long': when > 0, each problem chains a uniform number of operations in "
                                    "[min_operations, num_operations], so completion lengths vary several-fold")
     hard_frac: float = param(0.0, "regime 'hard': this fraction of problems has multi-digit operands of "
-                                  "hard_digits digits (meta subset 'hard'); warm-start demonstrations never do")
+                                  "hard_digits digits (meta subset 'hard'); warm starts see them only at hard_demo_frac")
     hard_digits: int = param(6, "digits of the multi-digit operands of 'hard' problems")
+    hard_demo_frac: float = param(0.0, "regime 'hard': this fraction of warm-start demonstrations is drawn from the "
+                                       "'hard' subset (0 = never demonstrated), so the warm start solves a few")
     pool_size: int = param(0, "regime 'mixed pool': when > 0, training problems come from one fixed pool of this "
                               "many problems (drawn with pool_seed), cycled in a seeded order; held-out problems "
                               "are unaffected")
@@ -31,6 +33,9 @@ class ArithmeticConfig(TaskConfig):
         if not 0.0 <= self.hard_frac <= 1.0 or self.hard_digits < 1:
             raise ValueError(f"arithmetic: need 0 <= hard_frac <= 1 and hard_digits >= 1, got {self.hard_frac}, "
                              f"{self.hard_digits}")
+        if not 0.0 <= self.hard_demo_frac <= 1.0 or (self.hard_demo_frac and not self.hard_frac):
+            raise ValueError(f"arithmetic: hard_demo_frac must lie in [0, 1] and needs hard_frac > 0, got "
+                             f"hard_demo_frac={self.hard_demo_frac}, hard_frac={self.hard_frac}")
         if self.min_operations < 0 or self.min_operations > self.num_operations:
             raise ValueError(f"arithmetic: need 0 <= min_operations <= num_operations, got {self.min_operations}, "
                              f"{self.num_operations}")
@@ -97,12 +102,12 @@ class Arithmetic(Task):
         return [Problem(p.prompt, p.answer, p.solution, p.uid, dict(p.meta)) for p in out]
 
     def demonstration_problems(self, n: int, seed: int) -> list[Problem]:
-        """Warm-start problems: the 'hard' subset is never demonstrated (the regime is about problems
-        the warm-started policy almost never solves)."""
+        """Warm-start problems: the 'hard' subset is demonstrated in a ``hard_demo_frac`` share of them
+        (never by default: the regime is about problems the warm-started policy almost never solves)."""
         if not self.config.hard_frac:
             return self.problems(n, seed)
         from dataclasses import replace
-        return type(self)(replace(self.config, hard_frac=0.0)).problems(n, seed)
+        return type(self)(replace(self.config, hard_frac=self.config.hard_demo_frac)).problems(n, seed)
 
     def verify(self, problem: Problem, completion: str) -> Score:
         parsed = answer_after_marker(completion)

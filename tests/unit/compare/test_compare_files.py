@@ -131,3 +131,19 @@ def test_calibration_is_at_the_new_bar_with_a_miscalibration_control():
     assert harm.run.eval_problems == 1000 and len(cfg.seeds) >= 10
     assert _run_config(cfg, "grpo_rl", 3).run.training_seed == 1003
     assert {(m, s) for m in roles for s in cfg.seeds} <= _recorded("calibration")
+
+
+def test_the_hard_regime_evaluates_at_least_300_hard_problems_a_seed_and_demonstrates_some():
+    # Issue 28: a regime's subsets each >= 300 held-out problems, the same for every method of a seed;
+    # the hard subset is demonstrated in a share of the warm start's examples, so it is not 0 % solved.
+    from rlvr.train.build import build_task
+    from rlvr.train.run import heldout
+
+    cfg = load_compare(ROOT / "configs" / "compare" / "exploration.yaml")
+    for seed in cfg.seeds:
+        run = _run_config(cfg, "grpo", seed)
+        task = build_task(run)
+        problems = heldout(task, run.run.eval_problems, run.run.seed)
+        assert sum(p.meta["subset"] == "hard" for p in problems) >= 300, seed
+    assert task.config.hard_demo_frac > 0
+    assert any(p.meta["subset"] == "hard" for p in task.demonstration_problems(100, seed=0))

@@ -28,6 +28,21 @@ def test_hard_subset_is_labelled_and_never_demonstrated():
     assert all(task.verify(p, task.demonstration(p)).value == 1.0 for p in hard[:20])
 
 
+def test_hard_demo_frac_demonstrates_that_share_of_the_hard_subset():
+    task = build("task", "arithmetic", hard_frac=0.3, hard_digits=6, hard_demo_frac=0.1)
+    demos = task.demonstration_problems(2000, seed=0)
+    share = sum(p.meta["subset"] == "hard" for p in demos) / len(demos)
+    assert 0.08 < share < 0.12  # binomial(2000, 0.1): SD 0.0067, so 3 SDs either side
+    assert all(len(str(p.meta["operands"][0])) == 6 for p in demos if p.meta["subset"] == "hard")
+    # the held-out and training streams are those of the same task without the option
+    plain = build("task", "arithmetic", hard_frac=0.3, hard_digits=6)
+    assert [p.prompt for p in task.problems(50, seed=3)] == [p.prompt for p in plain.problems(50, seed=3)]
+    with pytest.raises(ValueError, match="hard_demo_frac"):
+        build("task", "arithmetic", hard_demo_frac=0.1)  # no hard subset to demonstrate
+    with pytest.raises(ValueError, match="hard_demo_frac"):
+        build("task", "arithmetic", hard_frac=0.3, hard_demo_frac=1.5)
+
+
 def test_pool_cycles_one_fixed_set_and_leaves_test_alone():
     task = build("task", "arithmetic", pool_size=30, min_digits=1, max_digits=6)
     a, b = task.problems(100, seed=0), task.problems(100, seed=1)
