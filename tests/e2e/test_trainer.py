@@ -71,6 +71,7 @@ def test_every_preset_runs_and_changes_weights(tmp_path, preset, grpo_rows):
     for key in ("reward/mean", "adv/abs_mean", "timing/rollout", "timing/loss", "rollout/response_length",
                 *METHOD_METRICS.get(preset, [])):
         assert key in rows[-1], key
+    assert all(r["rollout/response_length_std"] >= 0 for r in rows)  # length weighting's mechanism gate reads it
     after = weights(trainer.policy)
     if any(r["adv/abs_mean"] > 0 for r in rows):  # with any signal the weights must move
         assert any(not torch.equal(before[k], after[k]) for k in before)

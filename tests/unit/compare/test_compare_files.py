@@ -92,7 +92,7 @@ def test_findings_cites_comparison_files_and_results_that_exist():
 
 
 def test_families_at_the_new_bar_have_both_controls_ten_seeds_and_a_thousand_problems():
-    for name in ("baselines", "async", "credit", "rewards", "systems", "optimizers", "critics"):
+    for name in ("baselines", "async", "credit", "rewards", "systems", "optimizers", "critics", "length"):
         cfg = load_compare(ROOT / "configs" / "compare" / f"{name}.yaml")
         _check_controls(cfg)  # every method builds
         every_run = {(m.name, s) for m in cfg.methods for s in cfg.seeds}
@@ -104,7 +104,7 @@ def _check_controls(cfg) -> None:
     assert roles["grpo_rl"] == "negative_control" and roles["grpo_flip"] == "positive_control"
     flip = _run_config(cfg, "grpo_flip", 3)
     assert [(s.name, s.params["rate"]) for s in flip.algorithm.shapers] == [("reward_flip", 0.25)]
-    assert flip.run.eval_problems == 1000 and len(cfg.seeds) >= 10
+    assert flip.run.eval_problems >= 1000 and len(cfg.seeds) >= 10
     rl = _run_config(cfg, "grpo_rl", 3)
     assert rl.run.training_seed == 1003 and rl.run.seed == 3
 
