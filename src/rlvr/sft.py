@@ -112,24 +112,27 @@ def demonstration_tokens(tokenizer: PreTrainedTokenizerBase, task: Task, problem
     (``[(text, is_policy), ...]``: a multi-turn episode, e.g. a tool call, the tool's reply, the
     answer) gets each turn tokenized on its own, as the ``multi_turn`` sampler builds a row: a policy
     turn is followed by eos and trained; an environment turn is labelled IGNORE (never trained, as
-    its tokens are masked in rollouts). ``suffix`` goes on the last policy turn. Otherwise:
-    ``demonstration(problem) + suffix`` then eos, all trained."""
+    its tokens are masked in rollouts). A turn may carry a third item, ``trained``: a policy turn with
+    False (e.g. a wrong first attempt the environment then corrects) still ends in eos but is labelled
+    IGNORE. ``suffix`` goes on the last policy turn. Otherwise: ``demonstration(problem) + suffix``
+    then eos, all trained."""
     turns = getattr(task, "demonstration_turns", None)
     if turns is None:
         ids = tokenizer(task.demonstration(problem) + suffix, add_special_tokens=False)["input_ids"] + [eos]
         return ids, list(ids)
     episode = list(turns(problem))
-    last = max((i for i, (_, policy) in enumerate(episode) if policy), default=-1)
+    episode = [(turn[0], turn[1], turn[2] if len(turn) > 2 else turn[1]) for turn in episode]
+    last = max((i for i, (_, policy, _) in enumerate(episode) if policy), default=-1)
     if last < 0:
         raise ValueError(f"demonstration_turns of task '{task.name}' has no policy turn")
     ids: list[int] = []
     labels: list[int] = []
-    for i, (text, policy) in enumerate(episode):
+    for i, (text, policy, trained) in enumerate(episode):
         piece = tokenizer(text + (suffix if i == last else ""), add_special_tokens=False)["input_ids"]
         if policy:
             piece = piece + [eos]
         ids += piece
-        labels += piece if policy else [IGNORE] * len(piece)
+        labels += piece if trained else [IGNORE] * len(piece)
     return ids, labels
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import ClassVar
 
 from rlvr.envs.base import EnvError, Environment, episode_of, episode_score, register_env
 from rlvr.registry import param, register
-from rlvr.tasks.arithmetic import Arithmetic
+from rlvr.tasks.arithmetic import Arithmetic, ArithmeticConfig
 from rlvr.types import Problem, Score
 
 
@@ -73,6 +74,28 @@ class RefineArithmetic(Environment):
         return obs, score, self._done
 
 
+@dataclass(frozen=True)
+class RefineTaskConfig(ArithmeticConfig):
+    retry_demo_frac: float = param(0.0, "TCPO's regime: this fraction of warm-start demonstrations is a two-attempt "
+                                        "episode (a worked answer with one wrong step, the environment's default "
+                                        "feedback, the right answer), so retries can improve; 0 = single attempts")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.retry_demo_frac <= 1.0:
+            raise ValueError(f"refine_arithmetic: retry_demo_frac must lie in [0, 1], got {self.retry_demo_frac}")
+
+
+def wrong_attempt(gold: str, rng: random.Random) -> tuple[str, int]:
+    """(attempt, k): ``gold``'s worked steps with step k (uniform over the steps, ``#answer`` included)
+    given a wrong last digit, so ``partial_credit`` finds exactly k leading steps right."""
+    steps = gold.split(";")
+    k = rng.randrange(len(steps))
+    digit = steps[k][-1]
+    steps[k] = steps[k][:-1] + str((int(digit) + rng.randint(1, 9)) % 10)
+    return ";".join(steps), k
+
+
 @register("task", "refine_arithmetic")
 class RefineArithmeticTask(Arithmetic):
     """Arithmetic problems for multi-turn refinement (the ``refine_arithmetic`` environment).
@@ -81,11 +104,27 @@ class RefineArithmeticTask(Arithmetic):
       * a row sampled as an episode (``multi_turn`` sampler) is scored by its episode reward (partial
         credit of the final or best attempt) with objective ``solved`` (some attempt fully right);
       * a single completion (evaluation) is verified as arithmetic: 1 for the right ``#answer``, and
-        ``solved`` is the same verdict.
+        ``solved`` is the same verdict;
+      * ``retry_demo_frac`` of the warm start's demonstrations (a fixed draw per prompt) are two-attempt
+        episodes (:meth:`demonstration_turns`): a wrong attempt (not trained), the feedback (masked), the
+        right attempt (trained). Without them retries are out of the warm start's distribution and score
+        below first attempts, so turn-level credit never sees a later turn improve.
     Shapes: n/a.
     """
 
+    Config = RefineTaskConfig
     has_step_oracle: ClassVar[bool] = True
+
+    def demonstration_turns(self, problem: Problem) -> list[tuple[str, bool, bool]]:
+        """(text, is_policy, trained) turns: the right attempt alone, or for a ``retry_demo_frac`` share of
+        prompts a wrong attempt, the environment's feedback and the right attempt."""
+        gold = self.demonstration(problem)
+        rng = random.Random(f"refine_arithmetic:retry:{problem.prompt}")
+        if rng.random() >= self.config.retry_demo_frac:
+            return [(gold, True, True)]
+        attempt, k = wrong_attempt(gold, rng)
+        feedback = RefineConfig().feedback.format(correct=k, total=len(gold.split(";")), prompt=problem.prompt)
+        return [(attempt, True, False), (feedback, False, False), (gold, True, True)]
 
     def verify(self, problem: Problem, completion: str) -> Score:
         ep = episode_of(problem)

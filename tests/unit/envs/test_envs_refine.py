@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 
 from rlvr.envs import EPISODE_KEY, EnvError, build_env, env_names
-from rlvr.envs.refine import partial_credit
+import random
+
+from rlvr.envs.refine import partial_credit, wrong_attempt
 from rlvr.registry import RegistryError, build
+from rlvr.sft import IGNORE, demonstration_batch
 from rlvr.types import Problem
 
 def _problem() -> Problem:
@@ -74,3 +77,45 @@ def test_registry():
         build_env("refine_arithmetic").step("1")
     with pytest.raises(EnvError, match="neither a solution nor operands"):
         build_env("refine_arithmetic").reset(Problem(prompt="1+1="), 0)
+
+
+def test_a_wrong_attempt_is_right_up_to_exactly_its_corrupted_step():
+    gold = _problem().solution
+    seen = set()
+    for seed in range(60):
+        attempt, k = wrong_attempt(gold, random.Random(seed))
+        seen.add(k)
+        assert partial_credit(_problem(), attempt) == (pytest.approx(k / 4), k, 4)
+    assert seen == {0, 1, 2, 3}  # every step, the #answer segment included, can be the wrong one
+
+
+def test_retry_demonstrations_replay_the_environment_and_train_only_the_right_attempt(tok):
+    task = build("task", "refine_arithmetic", max_digits=3, retry_demo_frac=0.5)
+    ps = task.problems(60, seed=2)
+    turns = [task.demonstration_turns(p) for p in ps]
+    retries = [len(t) == 3 for t in turns]
+    assert 15 <= sum(retries) <= 45  # about half, a fixed draw per prompt
+    assert turns == [task.demonstration_turns(p) for p in ps]
+    batch = demonstration_batch(tok, task, ps)
+    eos = tok.eos_token_id
+    for i, p in enumerate(ps):
+        gold = task.demonstration(p)
+        ids, labels = batch["input_ids"][i].tolist(), batch["labels"][i].tolist()
+        trained = tok.decode([t for t, y in zip(ids, labels) if y != IGNORE])
+        assert trained == f"{gold}<eos>"  # the wrong attempt and the feedback are never trained
+        if not retries[i]:
+            continue
+        (attempt, _, kept), (feedback, policy, _), _ = turns[i]
+        env = build_env("refine_arithmetic")
+        env.reset(p, seed=0)
+        obs, score, done = env.step(attempt)
+        assert (feedback, policy, kept) == (obs, False, False) and score < 1.0 and not done
+        assert env.step(gold)[1] == 1.0
+        assert ids[:sum(batch["attention_mask"][i].tolist())].count(eos) == 2  # each attempt ends in eos
+
+
+def test_retry_demonstrations_default_to_none_and_reject_a_bad_fraction():
+    task = build("task", "refine_arithmetic")
+    assert all(len(task.demonstration_turns(p)) == 1 for p in task.problems(20, seed=0))
+    with pytest.raises(ValueError, match="retry_demo_frac"):
+        build("task", "refine_arithmetic", retry_demo_frac=1.5)
