@@ -23,9 +23,9 @@ class ArithmeticConfig(TaskConfig):
     hard_digits: int = param(6, "digits of the multi-digit operands of 'hard' problems")
     hard_demo_frac: float = param(0.0, "regime 'hard': this fraction of warm-start demonstrations is drawn from the "
                                        "'hard' subset (0 = never demonstrated), so the warm start solves a few")
-    pool_size: int = param(0, "regime 'mixed pool': when > 0, training problems come from one fixed pool of this "
-                              "many problems (drawn with pool_seed), cycled in a seeded order; held-out problems "
-                              "are unaffected")
+    pool_size: int = param(0, "regime 'mixed pool': when > 0, RL's training problems come from one fixed pool of "
+                              "this many problems (drawn with pool_seed), cycled in a seeded order; the warm start "
+                              "and held-out problems are unaffected")
     pool_seed: int = param(0, "seed of the fixed training pool")
 
     def __post_init__(self) -> None:
@@ -103,11 +103,21 @@ class Arithmetic(Task):
 
     def demonstration_problems(self, n: int, seed: int) -> list[Problem]:
         """Warm-start problems: the 'hard' subset is demonstrated in a ``hard_demo_frac`` share of them
-        (never by default: the regime is about problems the warm-started policy almost never solves)."""
-        if not self.config.hard_frac:
+        (never by default: the regime is about problems the warm-started policy almost never solves);
+        with a ``pool_size`` pool, fresh problems of the open train stream, never the pool's (a warm start
+        on the pool memorises its answers and leaves RL nothing to learn on it)."""
+        if not self.config.hard_frac and not self.config.pool_size:
             return self.problems(n, seed)
         from dataclasses import replace
-        return type(self)(replace(self.config, hard_frac=self.config.hard_demo_frac)).problems(n, seed)
+        return type(self)(replace(self.config, hard_frac=self.config.hard_demo_frac, pool_size=0)).problems(n, seed)
+
+    def validation_problems(self, n: int, seed: int) -> list[Problem]:
+        """As :meth:`Task.validation_problems`; with a pool, from the open train stream (as the
+        demonstrations), so the warm start's target measures skill, not the pool's answers by heart."""
+        if not self.config.pool_size:
+            return self.problems(n, seed)
+        from dataclasses import replace
+        return type(self)(replace(self.config, pool_size=0)).problems(n, seed)
 
     def verify(self, problem: Problem, completion: str) -> Score:
         parsed = answer_after_marker(completion)

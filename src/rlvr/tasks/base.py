@@ -71,6 +71,11 @@ class Task(Plugin, ABC):
         may keep a subset out of the demonstrations (arithmetic's 'hard' regime)."""
         return self.problems(n, seed)
 
+    def validation_problems(self, n: int, seed: int) -> list[Problem]:
+        """Problems the warm start's accuracy target is checked on (default: the train split, as
+        ``problems``; never the held-out split)."""
+        return self.problems(n, seed)
+
     def split_of(self, prompt: str) -> str:
         """'test' for the held-out part of the prompt space, else 'train'."""
         return "test" if prompt_hash(prompt) / 2.0**64 < self.config.test_fraction else "train"

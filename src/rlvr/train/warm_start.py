@@ -31,10 +31,11 @@ def warm_start_model(cfg: Config) -> tuple[torch.nn.Module, Any, dict[str, Any]]
 
 def _accuracy_reached(model: torch.nn.Module, tokenizer: Any, task: Any, cfg: Config,
                       info: dict[str, Any]) -> Callable[[int], bool]:
-    """Stop rule for the warm start: greedy accuracy on 100 validation problems (drawn from the
-    train split, never the held-out one) has reached ``warm_start.target_accuracy``."""
+    """Stop rule for the warm start: greedy accuracy on 100 validation problems (the task's
+    ``validation_problems``: the train split, never the held-out one) has reached
+    ``warm_start.target_accuracy``."""
     from rlvr.eval import evaluate
-    problems = task.problems(100, seed=10**6 + cfg.run.seed)
+    problems = task.validation_problems(100, seed=10**6 + cfg.run.seed)
     info["warm_start_validation"] = []
 
     def stop(step: int) -> bool:

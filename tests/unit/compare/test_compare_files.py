@@ -101,12 +101,18 @@ def test_families_at_the_new_bar_have_both_controls_ten_seeds_and_a_thousand_pro
 
 
 def _check_controls(cfg) -> None:
+    """One control of each role: the positive one is the baseline with a known harm (25 % of its rewards
+    flipped, or a quarter of its learning rate), the negative one the baseline with RL seed seed + 1000."""
     roles = {m.name: m.role for m in cfg.methods}
-    assert roles["grpo_rl"] == "negative_control" and roles["grpo_flip"] == "positive_control"
-    flip = _run_config(cfg, "grpo_flip", 3)
-    assert [(s.name, s.params["rate"]) for s in flip.algorithm.shapers] == [("reward_flip", 0.25)]
-    assert flip.run.eval_problems >= 1000 and len(cfg.seeds) >= 10
-    rl = _run_config(cfg, "grpo_rl", 3)
+    (pos,) = [m for m, r in roles.items() if r == "positive_control"]
+    (neg,) = [m for m, r in roles.items() if r == "negative_control"]
+    base, harmed = _run_config(cfg, cfg.baseline, 3), _run_config(cfg, pos, 3)
+    flips = [(s.name, s.params.get("rate")) for s in harmed.algorithm.shapers if s.name == "reward_flip"]
+    assert flips == [("reward_flip", 0.25)] or harmed.optim.lr == base.optim.lr / 4, pos
+    others = [s.name for s in harmed.algorithm.shapers if s.name != "reward_flip"]
+    assert others == [s.name for s in base.algorithm.shapers]  # the harm is the only change
+    assert harmed.run.eval_problems >= 1000 and len(cfg.seeds) >= 10
+    rl = _run_config(cfg, neg, 3)
     assert rl.run.training_seed == 1003 and rl.run.seed == 3
 
 
