@@ -93,7 +93,7 @@ def test_findings_cites_comparison_files_and_results_that_exist():
 
 def test_families_at_the_new_bar_have_both_controls_ten_seeds_and_a_thousand_problems():
     for name in ("baselines", "async", "credit", "rewards", "systems", "optimizers", "critics", "length",
-                 "exploration", "label_free", "selection"):
+                 "exploration", "label_free", "selection", "tcpo"):
         cfg = load_compare(ROOT / "configs" / "compare" / f"{name}.yaml")
         _check_controls(cfg)  # every method builds
         every_run = {(m.name, s) for m in cfg.methods for s in cfg.seeds}
