@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlvr.registry import param, register
 from rlvr.tasks.base import Task, TaskConfig, answer_after_marker
@@ -108,16 +108,18 @@ class Arithmetic(Task):
         on the pool memorises its answers and leaves RL nothing to learn on it)."""
         if not self.config.hard_frac and not self.config.pool_size:
             return self.problems(n, seed)
-        from dataclasses import replace
-        return type(self)(replace(self.config, hard_frac=self.config.hard_demo_frac, pool_size=0)).problems(n, seed)
+        return self._open_stream(hard_frac=self.config.hard_demo_frac).problems(n, seed)
 
     def validation_problems(self, n: int, seed: int) -> list[Problem]:
         """As :meth:`Task.validation_problems`; with a pool, from the open train stream (as the
         demonstrations), so the warm start's target measures skill, not the pool's answers by heart."""
         if not self.config.pool_size:
             return self.problems(n, seed)
-        from dataclasses import replace
-        return type(self)(replace(self.config, pool_size=0)).problems(n, seed)
+        return self._open_stream().problems(n, seed)
+
+    def _open_stream(self, **changes: float) -> "Arithmetic":
+        """This task without its RL pool (and with ``changes``): the stream warm starts draw from."""
+        return type(self)(replace(self.config, pool_size=0, **changes))
 
     def verify(self, problem: Problem, completion: str) -> Score:
         parsed = answer_after_marker(completion)
