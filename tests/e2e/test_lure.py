@@ -140,3 +140,40 @@ def test_lure_mechanism_fires_once_the_pursuer_captures_some_tasks(tmp_path, hal
     assert all(r["lure/credit_sum/lure_arithmetic"] > 0.0 and r["lure/credit_sum/lure_countdown"] > 0.0
                for r in rows)
     assert all(r["adv/abs_mean"] > 0.0 for r in rows)
+
+
+def test_the_warm_start_runs_once_and_before_the_evaluation_before_rl(tmp_path, monkeypatch):
+    # rlvr train's evaluation before RL must measure the warm-started pursuer (the point self-play starts
+    # from), so LURE warms up at its first evaluation or step, whichever comes first, and only once.
+    import rlvr.optim.lure as lure_module
+    events: list[str] = []
+    warm, heldout = lure_module.warm_start, lure_module.pursuit_heldout
+    monkeypatch.setattr(lure_module, "warm_start", lambda *a, **k: (events.append("warm"), warm(*a, **k))[1])
+    monkeypatch.setattr(lure_module, "pursuit_heldout",
+                        lambda *a, **k: (events.append("heldout"), heldout(*a, **k))[1])
+    cfg = tiny_config(tmp_path, ["run.steps=1", "optim.params.eval_tasks_per_level=1", "optim.params.eval_samples=1",
+                                 *SMALL], path=PRESET)
+    summary = train_run(cfg)
+    assert events == ["warm", "heldout", "heldout"]
+    assert "heldout/capture" in summary["eval_before"] and "heldout/capture" in summary["eval_after"]
+
+
+def test_another_rl_seed_changes_self_play_but_not_the_warm_start_or_the_heldout_tasks(tmp_path, monkeypatch):
+    # run.rl_seed (a comparison's negative control) must reach self-play's sampling and task draws, while
+    # the warm start and the held-out pursuit stay on run.seed.
+    from rlvr.train.collect import step_seed
+    seeds: list[int] = []
+    trainers = []
+    for rl_seed in (None, 1000):
+        extra = [] if rl_seed is None else [f"run.rl_seed={rl_seed}"]
+        trainer = make_trainer(tiny_config(tmp_path / str(rl_seed), ["run.steps=1", "run.seed=3", *extra, *SMALL],
+                                           path=PRESET))
+        trainer.warm_up()
+        sample = trainer.proposer.sample
+        monkeypatch.setattr(trainer.proposer, "sample",
+                            lambda model, problems, n, ctx, _s=sample: (seeds.append(ctx.seed), _s(model, problems, n, ctx))[1])
+        trainer.self_play(trainer.policy, 0)
+        trainers.append(trainer)
+    assert seeds == [step_seed(3, 0, 0), step_seed(1000, 0, 0)]
+    first, second = (weights(t.policy) for t in trainers)
+    assert all(torch.equal(first[k], second[k]) for k in first)  # the same warm start (run.seed = 3)

@@ -76,6 +76,7 @@ def run_record(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]
         "pass_at_k": _prefixed(after, "pass@"), "pass_at_k_before": _prefixed(before, "pass@"),
         "maj_at_k": _prefixed(after, "maj@"), "maj_at_k_before": _prefixed(before, "maj@"),
         "subsets": {k: v for k, v in after.items() if "/" in k},  # e.g. greedy_accuracy/hard, pass@8/hard
+        "subsets_before": {k: v for k, v in before.items() if "/" in k},  # also a loop's own, heldout/...
         "final_reward": final_mean(rows, "reward/mean"),
         "final_entropy": final_mean(rows, "rollout/entropy"),
         "final_response_length": final_mean(rows, "rollout/response_length"),

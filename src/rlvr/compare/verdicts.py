@@ -52,7 +52,8 @@ class Family:
         return out
 
     def gains(self, method: str, metric: str) -> dict[Any, float]:
-        """Per seed, ``metric`` after RL minus before it (greedy accuracy or a whole-set pass@k / maj@k)."""
+        """Per seed, ``metric`` after RL minus before it (greedy accuracy, a whole-set pass@k / maj@k, or a
+        subset's or a training loop's own held-out measure, e.g. LURE's ``heldout/capture``)."""
         out = {}
         for rec in self.records:
             if rec["method"] != method or rec["status"] != "done":
@@ -73,7 +74,7 @@ class Family:
 def _before_after(rec: dict[str, Any], metric: str) -> tuple[Any, Any]:
     if metric == "accuracy_after":
         return rec.get("accuracy_after"), rec.get("accuracy_before")
-    for key in ("pass_at_k", "maj_at_k"):
+    for key in ("pass_at_k", "maj_at_k", "subsets"):
         if metric in (rec.get(key) or {}):
             return rec[key][metric], (rec.get(f"{key}_before") or {}).get(metric)
     return None, None

@@ -130,11 +130,22 @@ class LURETrainer(Trainer):
                                   max_turns=lure.max_turns, turn_tokens=lure.turn_tokens,
                                   cf_samples=0) for n in lure.envs}
         self.evader_advantage = build("advantage", "grpo", ddof=lure.ddof, eps=lure.eps)
+        self._warmed = not lure.warm_start_steps  # the environment-made warm start is still to run
+
+    def warm_up(self) -> None:
+        """Run LURE's warm start once (on ``run.seed``: another ``run.rl_seed`` keeps it), before the first
+        evaluation or training step, whichever comes first: ``rlvr train``'s evaluation before RL then
+        measures the warm-started pursuer, the point self-play starts from."""
+        if self._warmed:
+            return
+        warm_start(self.policy, self.tokenizer, list(self.envs.values()), steps=self.lure.warm_start_steps,
+                   batch_size=self.lure.warm_start_batch, lr=self.lure.warm_start_lr, seed=self.cfg.run.seed)
+        self._warmed = True
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
-        if not resume and self.lure.warm_start_steps:
-            warm_start(self.policy, self.tokenizer, list(self.envs.values()), steps=self.lure.warm_start_steps,
-                       batch_size=self.lure.warm_start_batch, lr=self.lure.warm_start_lr, seed=self.cfg.run.seed)
+        if resume:  # the checkpoint holds the warm-started (and trained) weights
+            self._warmed = True
+        self.warm_up()
         return super().train(resume=resume, eval_fn=eval_fn)
 
     def train_step(self) -> tuple[dict[str, float], Rollouts]:
@@ -159,7 +170,9 @@ class LURETrainer(Trainer):
 
     def heldout_metrics(self) -> dict[str, float]:
         """The held-out pursuit capture of the current policy (``rlvr train`` adds it to the
-        evaluations before and after training); empty when ``eval_tasks_per_level`` is 0."""
+        evaluations before and after training; the warm start runs first); empty when
+        ``eval_tasks_per_level`` is 0."""
+        self.warm_up()
         if not self.lure.eval_tasks_per_level:
             return {}
         return pursuit_heldout(self.policy, self.tokenizer, self.envs, self.pursuers, self.cfg.rollout,
@@ -171,7 +184,7 @@ class LURETrainer(Trainer):
     def self_play(self, model: torch.nn.Module, step: int) -> tuple[Rollouts, dict[str, float]]:
         """One round of proposals and pursuits: the joined batch (advantages set) and its metrics."""
         lure, rank = self.lure, self.acc.process_index
-        seed = step_seed(self.cfg.run.seed, step, rank)
+        seed = step_seed(self.cfg.run.training_seed, step, rank)  # run.rl_seed where set
         evaders = [Problem(prompt=evader_prompt(env), uid=f"lure:evade:{name}", meta={"lure_env": name})
                    for name, env in self.envs.items() for _ in range(lure.evader_states)]
         rollout = dataclasses.replace(self.cfg.rollout, max_new_tokens=lure.evader_tokens)

@@ -36,8 +36,9 @@ def evaluate_run(trainer: Runnable, task: Any, problems: list, cfg: Config,
     """The task's held-out evaluation of the trainer's policy, plus the ``heldout/…`` measures of the
     training loop's own (``trainer.heldout_metrics()``, e.g. LURE's pursuit capture; most have none);
     ``outcomes`` receives the per-problem rows (``rlvr.eval.outcomes``)."""
+    own = trainer.heldout_metrics()  # first: a loop may ready its policy there (LURE's own warm start)
     out = evaluate_policy(trainer.policy, trainer.tokenizer, task, problems, cfg, cfg.run.eval_k, outcomes)
-    return {**out, **trainer.heldout_metrics()}
+    return {**out, **own}
 
 
 def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Callable[[torch.nn.Module, int], dict]:

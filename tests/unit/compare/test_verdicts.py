@@ -227,3 +227,15 @@ def test_family_table_states_each_control_outcome_as_the_gates_judge_it():
     assert "1 of 2 committed families have a positive control** (synthetic)" in _controlled(
         [fam, _family({"good": _shift(0.05)}, [_claim("good")], name="other")])
     assert "No committed family has a positive control yet" in _controlled([_family({}, [])])
+
+
+def test_a_loops_own_heldout_measure_has_a_gain_over_the_warm_start():
+    # LURE's pursuit capture is recorded under "subsets" (after) and "subsets_before" (the warm start):
+    # a claim versus its warm start on it is the per-seed difference of the two, here +0.05 on every seed.
+    before, after = [0.10 + 0.01 * s for s in SEEDS], [0.15 + 0.01 * s for s in SEEDS]
+    extra = {"base": {"subsets": [{"heldout/capture": a} for a in after],
+                      "subsets_before": [{"heldout/capture": b} for b in before]}}
+    family = _family({}, [], extra=extra)
+    gains = family.gains("base", "heldout/capture")
+    assert sorted(gains) == SEEDS and all(g == pytest.approx(0.05) for g in gains.values())
+    assert family.gains("base", "heldout/solved") == {}  # not recorded: no gain, never a 0
