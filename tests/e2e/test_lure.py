@@ -177,3 +177,26 @@ def test_another_rl_seed_changes_self_play_but_not_the_warm_start_or_the_heldout
     assert seeds == [step_seed(3, 0, 0), step_seed(1000, 0, 0)]
     first, second = (weights(t.policy) for t in trainers)
     assert all(torch.equal(first[k], second[k]) for k in first)  # the same warm start (run.seed = 3)
+
+
+def test_a_cached_warm_start_equals_the_warm_start_bit_for_bit(tmp_path, monkeypatch):
+    # Exact speed-up: the second trainer loads what the first saved instead of warming up; its weights
+    # equal a trainer that warmed up itself, and a change of warm-start setting misses the cache.
+    import rlvr.optim.lure as lure_module
+    runs: list[int] = []
+    warm = lure_module.warm_start
+    monkeypatch.setattr(lure_module, "warm_start", lambda *a, **k: (runs.append(1), warm(*a, **k))[1])
+
+    def warmed(name: str, *extra: str):
+        trainer = make_trainer(tiny_config(tmp_path / name, ["run.steps=1", *SMALL, *extra], path=PRESET))
+        trainer.warm_up()
+        return weights(trainer.policy)
+
+    cache = f"optim.params.warm_start_cache={tmp_path / 'cache'}"
+    plain, first, second = warmed("plain"), warmed("first", cache), warmed("second", cache)
+    assert len(list((tmp_path / "cache").iterdir())) == 1 and len(runs) == 2  # the second one loaded
+    for key in plain:
+        assert torch.equal(plain[key], first[key]) and torch.equal(plain[key], second[key]), key
+    other = warmed("other", cache, "optim.params.warm_start_lr=0.001")
+    assert len(list((tmp_path / "cache").iterdir())) == 2 and len(runs) == 3
+    assert any(not torch.equal(plain[k], other[k]) for k in plain)

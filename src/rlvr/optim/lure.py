@@ -26,6 +26,7 @@ from rlvr.envs.lure_credit import EVADER_REWARDS, PROGRESS_CREDITS, anchor_due, 
 from rlvr.envs.lure_demos import evader_prompt, parse_level, warm_start
 from rlvr.optim.base import OptimizerPlugin
 from rlvr.optim.lure_eval import pursuit_heldout
+from rlvr.optim.lure_warm import cached_warm_start
 from rlvr.registry import build, param, register
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.rollout.samplers.base import with_origin
@@ -61,6 +62,8 @@ class LUREConfig:
                                      "(lure_demos; 0 = none, pure zero-data)")
     warm_start_batch: int = param(32, "demonstrations per warm-start step")
     warm_start_lr: float = param(3e-3, "warm-start AdamW learning rate")
+    warm_start_cache: str = param("", "a folder keeping warm-started weights, keyed by all they depend on and "
+                                      "reused by runs that agree (one process; '' = none; rlvr.optim.lure_warm)")
     eval_tasks_per_level: int = param(8, "held-out pursuit measure: tasks per level of each environment's axis "
                                          "(0 = none; rlvr.optim.lure_eval)")
     eval_samples: int = param(4, "held-out pursuit measure: episodes per task")
@@ -138,8 +141,18 @@ class LURETrainer(Trainer):
         measures the warm-started pursuer, the point self-play starts from."""
         if self._warmed:
             return
-        warm_start(self.policy, self.tokenizer, list(self.envs.values()), steps=self.lure.warm_start_steps,
-                   batch_size=self.lure.warm_start_batch, lr=self.lure.warm_start_lr, seed=self.cfg.run.seed)
+        lure, seed = self.lure, self.cfg.run.seed
+
+        def warm() -> None:
+            warm_start(self.policy, self.tokenizer, list(self.envs.values()), steps=lure.warm_start_steps,
+                       batch_size=lure.warm_start_batch, lr=lure.warm_start_lr, seed=seed)
+
+        if lure.warm_start_cache and self.acc.num_processes == 1:
+            settings = {"envs": lure.envs, "env_params": lure.env_params, "steps": lure.warm_start_steps,
+                        "batch": lure.warm_start_batch, "lr": lure.warm_start_lr, "seed": seed}
+            cached_warm_start(self.policy, self.tokenizer, lure.warm_start_cache, settings, warm)
+        else:
+            warm()
         self._warmed = True
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
