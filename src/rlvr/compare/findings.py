@@ -20,7 +20,7 @@ from rlvr.compare.config import load_compare
 from rlvr.compare.power import family_power
 from rlvr.compare.problem_pairs import pair_problems
 from rlvr.compare.verdict_tests import ALPHA
-from rlvr.compare.verdicts import KINDS, Family, baseline_gain, control_outcome, judge, oriented
+from rlvr.compare.verdicts import KINDS, Family, baseline_gain, control_outcome, described_claims, judge, oriented
 from rlvr.train.config import ConfigError
 
 FINDINGS = Path("docs/findings.md")
@@ -49,8 +49,13 @@ def load_families(root: Path) -> list[Family]:
         if clash:
             raise ConfigError(f"{results}: the role recorded for {clash} differs from {path}'s; re-run the family")
         families.append(Family(name=path.stem, baseline=baseline, claims=claims, roles=roles, records=records,
-                               run_metrics=rows, seeds=tuple(cfg.seeds)))
+                               run_metrics=rows, seeds=_recorded_seeds(records, baseline)))
     return families
+
+
+def _recorded_seeds(records: list[dict], baseline: str) -> tuple[int, ...]:
+    """The seeds of the baseline's finished runs: what the table rests on, whatever the file lists now."""
+    return tuple(sorted({r["seed"] for r in records if r["method"] == baseline and r["status"] == "done"}))
 
 
 def untested_claims(root: Path) -> list[Claim]:
@@ -148,7 +153,7 @@ def _control_outcome(family: Family, control: str, role: str, m: int, alpha: flo
     """A control's outcome on each claim metric of its family, as the gates judge it (``control_outcome``)."""
     words = {"positive_control": ("not detected", "detected"), "negative_control": ("differed", "not different")}
     parts = []
-    for metric in dict.fromkeys(c.metric for c in family.claims if c.versus == "baseline"):
+    for metric in dict.fromkeys(c.metric for c in described_claims(family)):
         test, passed = control_outcome(family, control, role, metric, m, alpha)
         if passed is None:
             parts.append(f"{metric}: not run")

@@ -15,19 +15,18 @@ from typing import Any
 from rlvr.compare.claims import Claim
 from rlvr.compare.config import CompareConfig
 from rlvr.compare.verdict_tests import ALPHA, mde, pooled_sd, seeds_for
-from rlvr.compare.verdicts import Family, paired_diffs
+from rlvr.compare.verdicts import Family, described_claims, paired_diffs
 
 TARGET_MDE = 0.03  # the issue's aim: 3 points on a fraction-valued claim metric
 UNITLESS = ("seconds", "rollouts")  # metrics not on a 0-1 scale: no seeds-for-3-points column
 
 
 def family_power(family: Family, n_claims: int, alpha: float = ALPHA) -> list[dict[str, Any]]:
-    """Per claim metric of the family (claims against the baseline): pooled SD of the paired
-    differences, MDE at the family's seed count at α and at α/m, seeds for a 3-point MDE at α/m."""
+    """Per claim metric of the family (``described_claims``: those against the baseline, else its own-gain
+    ones, whose per-seed gains are the differences): pooled SD of the paired differences, MDE at the family's seed count at α and at α/m, seeds for a 3-point MDE at α/m."""
     by_metric: dict[str, list[list[float]]] = {}
-    for claim in family.claims:
-        if claim.versus == "baseline":
-            by_metric.setdefault(claim.metric, []).append(paired_diffs(family, claim))
+    for claim in described_claims(family):
+        by_metric.setdefault(claim.metric, []).append(paired_diffs(family, claim))
     out = []
     for metric, groups in by_metric.items():
         sd, n = pooled_sd(groups), max((len(g) for g in groups), default=0)

@@ -95,6 +95,12 @@ def paired_diffs(family: Family, claim: Claim) -> list[float]:
     return [sign * (ours[s] - theirs[s]) for s in sorted(ours) if s in theirs]
 
 
+def described_claims(family: Family) -> tuple[Claim, ...]:
+    """The claims a family's power and control columns describe: those against the baseline, or, in a
+    family with none (self_play: the baseline's own gain over its warm start), every claim."""
+    return tuple(c for c in family.claims if c.versus == "baseline") or family.claims
+
+
 def control_diffs(family: Family, control: str, metric: str) -> list[float]:
     ours, theirs = family.values(control, metric), family.values(family.baseline, metric)
     sign = oriented(metric)

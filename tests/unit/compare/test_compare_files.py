@@ -93,7 +93,7 @@ def test_findings_cites_comparison_files_and_results_that_exist():
 
 def test_families_at_the_new_bar_have_both_controls_ten_seeds_and_a_thousand_problems():
     for name in ("baselines", "async", "credit", "rewards", "systems", "optimizers", "critics", "length",
-                 "exploration", "label_free", "selection", "tcpo"):
+                 "exploration", "label_free", "selection", "tcpo", "bidding"):
         cfg = load_compare(ROOT / "configs" / "compare" / f"{name}.yaml")
         _check_controls(cfg)  # every method builds
         every_run = {(m.name, s) for m in cfg.methods for s in cfg.seeds}
@@ -138,6 +138,27 @@ def test_calibration_is_at_the_new_bar_with_a_miscalibration_control():
     assert harm.run.eval_problems == 1000 and len(cfg.seeds) >= 10
     assert _run_config(cfg, "grpo_rl", 3).run.training_seed == 1003
     assert {(m, s) for m in roles for s in cfg.seeds} <= _recorded("calibration")
+
+
+def test_self_play_is_at_the_new_bar_with_its_own_gain_and_both_controls():
+    # LURE has no dataset: its evaluation is 1,001 held-out pursuit tasks (143 a level of 7 levels), its
+    # claim its own gain over its warm start; the controls are another self-play stream from the same
+    # warm start, and half the warm start (the harm), the only change in each.
+    from rlvr.envs.base import build_env
+
+    cfg = load_compare(ROOT / "configs" / "compare" / "self_play.yaml")
+    roles = {m.name: m.role for m in cfg.methods}
+    assert roles["lure_rl"] == "negative_control" and roles["lure_half_warm"] == "positive_control"
+    [claim] = [m.claim for m in cfg.methods if m.claim is not None]
+    assert (claim.method, claim.versus, claim.metric) == ("lure", "warm_start", "heldout/capture")
+    base, rl, half = (_run_config(cfg, m, 3) for m in ("lure", "lure_rl", "lure_half_warm"))
+    levels = sum(build_env(name).config.levels for name in base.optim.params["envs"])
+    assert base.optim.params["eval_tasks_per_level"] * levels >= 1000 and len(cfg.seeds) >= 10
+    assert rl.run.training_seed == 1003 and rl.run.seed == 3 and rl.optim.params == base.optim.params
+    assert half.optim.params["warm_start_steps"] * 2 == base.optim.params["warm_start_steps"]
+    assert {k: v for k, v in half.optim.params.items() if k != "warm_start_steps"} == \
+        {k: v for k, v in base.optim.params.items() if k != "warm_start_steps"}
+    assert {(m, s) for m in roles for s in cfg.seeds} <= _recorded("self_play")
 
 
 def test_the_hard_regime_evaluates_at_least_300_hard_problems_a_seed_and_demonstrates_some():

@@ -239,3 +239,20 @@ def test_a_loops_own_heldout_measure_has_a_gain_over_the_warm_start():
     gains = family.gains("base", "heldout/capture")
     assert sorted(gains) == SEEDS and all(g == pytest.approx(0.05) for g in gains.values())
     assert family.gains("base", "heldout/solved") == {}  # not recorded: no gain, never a 0
+
+
+def test_a_family_with_only_an_own_gain_claim_describes_its_gains_and_controls():
+    # self_play: the baseline's only claim is its own gain; the power column is then about the per-seed
+    # gains (here after − 0.30), and the controls are judged on that claim's metric.
+    from rlvr.compare.power import family_power
+    from rlvr.compare.verdict_tests import pooled_sd
+    from rlvr.compare.verdicts import described_claims
+
+    own = Claim(method="base", section="§9.9", title="own", paper="synthetic", metric="accuracy_after",
+                versus="warm_start")
+    family = _family(CONTROLS, [own], roles=CONTROL_ROLES)
+    assert described_claims(family) == (own,)
+    [row] = family_power(family, n_claims=1)
+    assert row["metric"] == "accuracy_after" and row["n"] == 10
+    assert row["sd"] == pytest.approx(pooled_sd([[a - BEFORE for a in BASE]]))
+    assert gates(family, own, n_claims=1) == []  # the harm is detected, the other RL seed is not different
