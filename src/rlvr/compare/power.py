@@ -23,7 +23,8 @@ UNITLESS = ("seconds", "rollouts")  # metrics not on a 0-1 scale: no seeds-for-3
 
 def family_power(family: Family, n_claims: int, alpha: float = ALPHA) -> list[dict[str, Any]]:
     """Per claim metric of the family (``described_claims``: those against the baseline, else its own-gain
-    ones, whose per-seed gains are the differences): pooled SD of the paired differences, MDE at the family's seed count at α and at α/m, seeds for a 3-point MDE at α/m."""
+    ones, whose per-seed gains are the differences): pooled SD of the paired differences, MDE at the
+    family's seed count at α and at α/m, seeds for a 3-point MDE at α/m."""
     by_metric: dict[str, list[list[float]]] = {}
     for claim in described_claims(family):
         by_metric.setdefault(claim.metric, []).append(paired_diffs(family, claim))
