@@ -115,11 +115,15 @@ def build(kind: str, name: str, **params: Any) -> Any:
 
 
 def make_config(config_cls: type, params: dict[str, Any], where: str) -> Any:
-    """``config_cls(**params)`` with a clear error for keys the dataclass does not have."""
+    """``config_cls(**params)`` with a clear error for keys the dataclass does not have, and for a
+    non-boolean value of a ``bool`` field (the string ``"no"`` would otherwise read as true)."""
     valid = [f.name for f in dataclasses.fields(config_cls)]
     unknown = sorted(set(params) - set(valid))
     if unknown:
         raise RegistryError(f"{where}: unknown parameter(s) {unknown}; valid: {valid}")
+    for f in dataclasses.fields(config_cls):
+        if f.type in (bool, "bool") and f.name in params and not isinstance(params[f.name], bool):
+            raise RegistryError(f"{where}: parameter '{f.name}' is true or false, got {params[f.name]!r}")
     return config_cls(**params)
 
 

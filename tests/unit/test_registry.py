@@ -8,7 +8,7 @@ import pytest
 import rlvr
 from rlvr import registry
 from rlvr.cli import main
-from rlvr.registry import RegistryError, build, register
+from rlvr.registry import RegistryError, build, get, make_config, register
 
 CORE = {
     "advantage": {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae", "gdpo"},
@@ -35,6 +35,12 @@ def test_unknown_kind():
 def test_unknown_parameter_names_it_and_valid_ones():
     with pytest.raises(RegistryError, match=r"unknown parameter\(s\) \['epsilon'\]; valid: \['scale'"):
         build("advantage", "grpo", epsilon=1e-4)
+
+
+def test_a_boolean_parameter_takes_only_true_or_false():
+    with pytest.raises(RegistryError, match=r"\(loop\): parameter 'lean' is true or false, got 'no'"):
+        make_config(get("engine", "loop").Config, {"lean": "no"}, where="rollout.engine (loop)")
+    assert make_config(get("engine", "loop").Config, {"lean": False}, where="x").lean is False
 
 
 def test_build_passes_params():

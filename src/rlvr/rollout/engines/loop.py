@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
-from rlvr.registry import register
+from rlvr.registry import param, register
 from rlvr.rollout.engines.base import DecodeRequest, Engine, cache_kwargs
-from rlvr.rollout.lockstep import any_running
+from rlvr.rollout.engines.lean import LeanDecoder, lean_refusal
+from rlvr.rollout.lockstep import active, any_running
 from rlvr.rollout.sampling import seen_tokens
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    lean: bool = param(True, "Llama/Qwen2 models: decode with the lean forward (rollout/engines/lean.py: same "
+                             "logits, no per-call transformers machinery); false: always the model's own forward")
 
 
 @register("engine", "loop")
@@ -21,7 +30,11 @@ class LoopEngine(Engine):
     0.54 M model, 64 prompts: ~120 ms vs ~150 ms for ``generate`` (trained model, mean length 33).
     Sampling (temperature, top-k, top-p, min-p, repetition penalty) is
     :class:`rlvr.rollout.sampling.Sampler`; the repetition penalty counts a row's real prompt
-    tokens and its own completion (HF's also counts left padding).
+    tokens and its own completion (HF's also counts left padding). On Llama-architecture models
+    (Llama, Qwen2) each forward is :class:`rlvr.rollout.engines.lean.LeanDecoder` (``lean``, on by
+    default: same logits without transformers' per-call mask and cache machinery; measured in
+    benchmarks/decode_forward.py); elsewhere, under lock-step, or with ``lean: false``, the model's
+    own forward with a ``DynamicCache``.
 
     Differs from hf (``model.generate``):
       * one hand-written loop, no logits processors; same distribution for the same settings;
@@ -30,15 +43,44 @@ class LoopEngine(Engine):
     Shapes: prompt ids / mask (N, P) → tokens, log-probs (N, T), T ≤ max_new_tokens.
     """
 
+    Config = LoopConfig
     supports_hidden = True
 
     def decode(self, model: PreTrainedModel, request: DecodeRequest) -> tuple[Tensor, Tensor]:
-        return decode_loop(model, request)
+        return decode_loop(model, request, lean=self.config.lean)
 
 
-def decode_loop(model: PreTrainedModel, r: DecodeRequest) -> tuple[Tensor, Tensor]:
-    """Decode with a DynamicCache; rows that have finished are dropped from the batch (and their
-    cache) once they are a quarter of it, so short completions stop costing compute.
+class ModelSteps:
+    """The model's own forward over a ``DynamicCache``: the same calls as :class:`LeanDecoder`."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model, self.cache = model, DynamicCache(config=model.config)
+        self.cache_kw = cache_kwargs(model, self.cache)
+
+    def prefill(self, ids: Tensor, mask: Tensor, pos: Tensor) -> Tensor:  # (B, P) each → (B, V)
+        return self.model(input_ids=ids, attention_mask=mask.long(), position_ids=pos, **self.cache_kw,
+                          use_cache=True, logits_to_keep=1).logits[:, -1, :]
+
+    def step(self, token: Tensor, key_mask: Tensor, pos: Tensor) -> Tensor:  # (B,), (B, K), (B, 1) → (B, V)
+        return self.model(input_ids=token.unsqueeze(-1), attention_mask=key_mask, position_ids=pos,
+                          **self.cache_kw, use_cache=True).logits[:, -1, :]
+
+    def select(self, keep: Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+
+
+def decode_steps(model: PreTrainedModel, max_len: int, lean: bool = True) -> LeanDecoder | ModelSteps:
+    """The lean forward where ``lean`` is set and the model takes it (never under lock-step, whose
+    sharded forwards need their hooks), else the model's own."""
+    if lean and not active() and lean_refusal(model) is None:
+        return LeanDecoder(model, max_len)
+    return ModelSteps(model)
+
+
+def decode_loop(model: PreTrainedModel, r: DecodeRequest, lean: bool = True) -> tuple[Tensor, Tensor]:
+    """Decode with a KV cache (``decode_steps``: the lean forward or the model's own); rows that
+    have finished are dropped from the batch (and their cache) once they are a quarter of it, so
+    short completions stop costing compute.
 
     Under lock-step (sharded parameters, ``rlvr.rollout.lockstep``) the loop goes on until every
     rank is done: a rank whose rows have all finished keeps one finished row and runs its forward
@@ -50,10 +92,8 @@ def decode_loop(model: PreTrainedModel, r: DecodeRequest) -> tuple[Tensor, Tenso
     rows = torch.arange(n, device=dev)  # (B,) original row of each row still in the batch
     attn = r.prompt_mask.long()  # (B, P + t)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
-    cache = DynamicCache(config=model.config)
-    cache_kw = cache_kwargs(model, cache)
-    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, **cache_kw,
-                   use_cache=True, logits_to_keep=1).logits[:, -1, :]  # (B, V)
+    decoder = decode_steps(model, prompt_ids.shape[1] + r.max_new_tokens, lean)
+    logits = decoder.prefill(prompt_ids, r.prompt_mask, pos)  # (B, V)
     seen = seen_tokens(prompt_ids, r.prompt_mask, logits.shape[-1]) if sampler.penalised else None  # (N, V)
     next_pos = pos[:, -1:] + 1  # (B, 1)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)  # (B,)
@@ -75,10 +115,9 @@ def decode_loop(model: PreTrainedModel, r: DecodeRequest) -> tuple[Tensor, Tenso
         idle = done
         if 4 * n_done >= rows.numel():
             keep = (~finished).nonzero().squeeze(-1) if not idle else torch.zeros(1, dtype=torch.long, device=dev)
-            cache.batch_select_indices(keep)
+            decoder.select(keep)
             rows, attn, next_pos, token, finished = rows[keep], attn[keep], next_pos[keep], token[keep], finished[keep]
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)
-        logits = model(input_ids=token.unsqueeze(-1), attention_mask=attn, position_ids=next_pos,
-                       **cache_kw, use_cache=True).logits[:, -1, :]
+        logits = decoder.step(token, attn, next_pos)  # (B, V)
         next_pos = next_pos + 1
     return tokens[:, :steps], logprobs[:, :steps]

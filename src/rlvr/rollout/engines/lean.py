@@ -1,0 +1,138 @@
+"""A lean decode forward for Llama-architecture models (Llama, Qwen2) that the ``loop`` engine uses.
+
+transformers' forward builds a 4-D mask, walks a cache object and passes through several wrapper
+layers on every call; for the small models of this testbed that machinery costs more than the
+arithmetic of a decode step. :class:`LeanDecoder` computes the same decoder with the model's own
+weights and rotary embedding, straight tensor calls, and a preallocated KV cache. On the models it
+accepts, its logits equal the model's forward (the same operations in the same order;
+tests/unit/rollout/test_lean_decoder.py checks Llama and Qwen2 with left padding, grouped-query
+heads, dropped rows and bf16 autocast). Anything else — another architecture, a sliding window,
+an attention implementation other than sdpa or eager, a wrapped linear (LoRA, quantised), hooks on
+the decoder (sharded parameters) — is refused with the reason, and the engine uses the model's
+forward (``lean_refusal``).
+
+Shapes: prompt ids / mask / positions (B, P) → logits (B, V); one step: tokens (B,), key mask
+(B, K) with K = P + steps so far, positions (B, 1) → logits (B, V). KV cache (layers, B, H_kv, P + T, D).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_ARCHS = {"llama", "qwen2"}
+_LAYER = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
+_ATTN = {"q_proj", "k_proj", "v_proj", "o_proj"}
+_MLP = {"gate_proj", "up_proj", "down_proj", "act_fn"}
+
+
+def lean_refusal(model: nn.Module) -> str | None:
+    """Why :class:`LeanDecoder` cannot run ``model`` exactly (None: it can)."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in _ARCHS:
+        return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {sorted(_ARCHS)}"
+    if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return f"attention implementation {getattr(cfg, '_attn_implementation', None)!r}"
+    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or []):
+        return "sliding-window attention"
+    if (getattr(cfg, "pretraining_tp", 1) or 1) != 1:
+        return "pretraining_tp > 1"
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or getattr(model, "lm_head", None) is None:
+        return "no model.layers / lm_head"
+    for layer in layers:
+        if set(dict(layer.named_children())) != _LAYER or set(dict(layer.self_attn.named_children())) != _ATTN \
+                or set(dict(layer.mlp.named_children())) != _MLP:
+            return "a decoder layer with other parts than Llama's"
+        linears = [*layer.self_attn.children(), layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj]
+        if any(type(lin) is not nn.Linear for lin in linears):
+            return "a wrapped linear layer (LoRA, quantised)"
+        norms = (layer.input_layernorm, layer.post_attention_layernorm)
+        if any(not type(norm).__name__.endswith("RMSNorm") or not hasattr(norm, "variance_epsilon") for norm in norms):
+            return "a norm other than RMSNorm"
+    if any(m._forward_hooks or m._forward_pre_hooks for m in inner.modules()):
+        return "hooks on the decoder (sharded or instrumented parameters)"
+    if any(type(p) is not nn.Parameter and type(p) is not Tensor for p in inner.parameters()):
+        return "parameters that are not plain tensors (sharded)"
+    return None
+
+
+def _rms(x: Tensor, norm: nn.Module) -> Tensor:
+    """Llama's / Qwen2's RMSNorm, the same operations in the same order."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(dtype)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding of (B, H, S, D) with cos / sin (B, 1, S, D), rotate-half convention."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class LeanDecoder:
+    """Prefill then one token per step over a preallocated KV cache; ``select`` drops finished rows.
+
+    ``model``: a model ``lean_refusal`` accepts; ``max_len``: prompt length + max new tokens.
+    Call under ``torch.no_grad()`` (it is a sampling path)."""
+
+    def __init__(self, model: nn.Module, max_len: int) -> None:
+        self.model, self.inner, self.max_len = model, model.model, max_len
+        self.layers = list(self.inner.layers)
+        self.keys: Tensor | None = None  # (L, B, H_kv, max_len, D), allocated at prefill (the K/V dtype)
+        self.values: Tensor | None = None
+        self.length = 0  # positions filled
+
+    def prefill(self, ids: Tensor, mask: Tensor, pos: Tensor) -> Tensor:
+        """Logits (B, V) after left-padded prompts ``ids`` / ``mask`` (B, P) at positions ``pos`` (B, P)."""
+        p = ids.shape[1]
+        causal = torch.ones(p, p, dtype=torch.bool, device=ids.device).tril()  # (P, P)
+        keys = causal[None] & mask[:, None, :]  # (B, P, P) a query sees earlier real tokens
+        keys |= torch.eye(p, dtype=torch.bool, device=ids.device)[None]  # a padding query sees itself (no NaN)
+        return self._forward(ids, pos, keys[:, None])
+
+    def step(self, token: Tensor, key_mask: Tensor, pos: Tensor) -> Tensor:
+        """Logits (B, V) after ``token`` (B,) at ``pos`` (B, 1); ``key_mask`` (B, K) True on real keys,
+        K = the positions filled after this step."""
+        return self._forward(token[:, None], pos, key_mask.bool()[:, None, None, :])
+
+    def select(self, keep: Tensor) -> None:
+        """Keep only rows ``keep`` (B',) of the cache."""
+        self.keys, self.values = self.keys[:, keep], self.values[:, keep]
+
+    def _forward(self, ids: Tensor, pos: Tensor, mask: Tensor) -> Tensor:
+        """ids / pos (B, S), mask (B, 1, S, K) bool → logits of the last position (B, V)."""
+        x = F.embedding(ids, self.inner.embed_tokens.weight)  # (B, S, H)
+        cos, sin = self.inner.rotary_emb(x, pos)  # (B, S, D)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, S, D)
+        b, s = ids.shape
+        start, end = self.length, self.length + s
+        for i, layer in enumerate(self.layers):
+            x = x + self._attention(i, layer.self_attn, _rms(x, layer.input_layernorm), cos, sin, mask, start, end)
+            h = _rms(x, layer.post_attention_layernorm)
+            mlp = layer.mlp
+            gate = F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
+            up = F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
+            x = x + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        self.length = end
+        return self.model.lm_head(_rms(x[:, -1:], self.inner.norm))[:, -1]  # a module call: its hooks fire
+
+    def _attention(self, i: int, attn: nn.Module, h: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+                   start: int, end: int) -> Tensor:
+        b, s, _ = h.shape
+        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(b, s, -1, attn.head_dim).transpose(1, 2)
+        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(b, s, -1, attn.head_dim).transpose(1, 2)
+        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(b, s, -1, attn.head_dim).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)  # (B, H, S, D), (B, H_kv, S, D)
+        if self.keys is None:
+            shape = (len(self.layers), b, k.shape[1], self.max_len, k.shape[-1])
+            self.keys = torch.zeros(shape, dtype=k.dtype, device=k.device)
+            self.values = torch.zeros(shape, dtype=v.dtype, device=v.device)
+        self.keys[i, :, :, start:end], self.values[i, :, :, start:end] = k, v
+        out = F.scaled_dot_product_attention(q, self.keys[i, :, :, :end], self.values[i, :, :, :end], attn_mask=mask,
+                                             scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])  # (B, H, S, D)
+        out = out.transpose(1, 2).reshape(b, s, -1)
+        return F.linear(out, attn.o_proj.weight, attn.o_proj.bias)

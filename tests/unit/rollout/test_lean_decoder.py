@@ -1,0 +1,126 @@
+"""The loop engine's lean forward (rlvr.rollout.engines.lean): the model's own logits, teacher-forced.
+
+Both paths are fed the same prompts and tokens, so nothing here depends on sampling. The lean forward
+runs the model's operations in the same order, but transformers may pick another sdpa mask form
+(None, a boolean or an additive mask) and so another kernel reduction order: logits (|logit| < 1 for
+these random models) agree to float32 rounding of a two-layer forward (1e-5 absolute, ~100 ulps);
+under bf16 autocast each matmul's output keeps 8 bits of mantissa (relative 2^-8 per rounding, a
+handful of roundings on the way: 5 % of the largest logit).
+"""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from rlvr.rollout.engines.lean import LeanDecoder, lean_refusal
+from rlvr.rollout.engines.loop import ModelSteps, decode_steps
+
+VOCAB = 40
+
+
+def _model(kind: str, kv_heads: int = 4, attn: str = "sdpa", seed: int = 0):
+    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=kv_heads, intermediate_size=64, max_position_embeddings=64,
+                  attn_implementation=attn)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if kind == "llama":
+            return LlamaForCausalLM(LlamaConfig(**common)).eval()
+        model = Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=False)).eval()
+        for layer in model.model.layers:  # Qwen2's q/k/v biases start at 0: make them count
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                torch.nn.init.normal_(proj.bias, std=0.5)
+        return model
+
+
+def _prompts(n: int = 6, p: int = 7):
+    """Left-padded prompts (n, p): row i has i % 4 padding positions."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, VOCAB, (n, p), generator=g)
+    mask = torch.ones(n, p, dtype=torch.bool)
+    for i in range(n):
+        mask[i, : i % 4] = False
+    ids[~mask] = 0
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, pos
+
+
+def _teacher_forced(decoder, ids, mask, pos, steps: int = 5, drop_after: int | None = None):
+    """Logits after the prompt and after each of ``steps`` fixed tokens; rows 0 and 2 leave at ``drop_after``."""
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(1, VOCAB, (steps, ids.shape[0]), generator=g)
+    out = [decoder.prefill(ids, mask, pos)]
+    attn, next_pos, rows = mask.long(), pos[:, -1:] + 1, torch.arange(ids.shape[0])
+    for t in range(steps):
+        if t == drop_after:
+            keep = torch.tensor([r for r in range(rows.numel()) if int(rows[r]) not in (0, 2)])
+            decoder.select(keep)
+            attn, next_pos, rows = attn[keep], next_pos[keep], rows[keep]
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)
+        out.append(decoder.step(tokens[t, rows], attn, next_pos))
+        next_pos = next_pos + 1
+    return out
+
+
+@pytest.mark.parametrize("kind,kv_heads", [("llama", 4), ("llama", 2), ("qwen2", 2)])
+@pytest.mark.parametrize("drop_after", [None, 2])
+def test_lean_logits_equal_the_models_forward(kind, kv_heads, drop_after):
+    model = _model(kind, kv_heads)
+    assert lean_refusal(model) is None
+    ids, mask, pos = _prompts()
+    with torch.no_grad():
+        lean = _teacher_forced(LeanDecoder(model, ids.shape[1] + 5), ids, mask, pos, drop_after=drop_after)
+        ref = _teacher_forced(ModelSteps(model), ids, mask, pos, drop_after=drop_after)
+    assert [x.shape for x in lean] == [x.shape for x in ref]
+    for a, b in zip(lean, ref):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_lean_logits_under_bf16_autocast():
+    model = _model("llama", 2)
+    ids, mask, pos = _prompts()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        lean = _teacher_forced(LeanDecoder(model, ids.shape[1] + 5), ids, mask, pos)
+        ref = _teacher_forced(ModelSteps(model), ids, mask, pos)
+    for a, b in zip(lean, ref):
+        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=0.05 * float(b.abs().max()))
+
+
+def test_models_the_lean_forward_refuses_get_their_own_forward():
+    model = _model("llama")
+    assert isinstance(decode_steps(model, 8), LeanDecoder)
+    assert isinstance(decode_steps(model, 8, lean=False), ModelSteps)
+    eager = _model("llama", attn="eager")
+    assert lean_refusal(eager) is None  # the same math; sdpa computes it
+    cases = {}
+    odd = _model("llama")
+    odd.config._attn_implementation = "flash_attention_2"
+    cases["attention implementation 'flash_attention_2'"] = odd
+    hooked = _model("llama")
+    hooked.model.layers[0].mlp.register_forward_hook(lambda *_: None)
+    cases["hooks on the decoder"] = hooked
+
+    class Wrapped(torch.nn.Linear):
+        pass
+
+    wrapped = _model("llama")
+    old = wrapped.model.layers[1].self_attn.v_proj
+    wrapped.model.layers[1].self_attn.v_proj = Wrapped(old.in_features, old.out_features, bias=False)
+    cases["a wrapped linear layer"] = wrapped
+    windowed = _model("qwen2")
+    windowed.config.use_sliding_window = True
+    cases["sliding-window attention"] = windowed
+    for reason, m in cases.items():
+        assert reason in lean_refusal(m)
+        assert isinstance(decode_steps(m, 8), ModelSteps)
+    other = _model("llama")
+    other.config.model_type = "gpt2"
+    assert "model type 'gpt2'" in lean_refusal(other)
+
+
+def test_lora_models_get_their_own_forward():
+    peft = pytest.importorskip("peft")
+    lora = peft.get_peft_model(_model("llama"), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    assert lean_refusal(lora) is not None and lean_refusal(lora.base_model.model) is not None
+    assert isinstance(decode_steps(lora, 8), ModelSteps)
