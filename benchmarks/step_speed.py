@@ -73,6 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "warm start (>= 400 steps until 20%% validation accuracy; --sft-steps is ignored); long: "
                         "no warm start, a 400-token cap, every row computed (completion lengths spread > 10x)")
     p.add_argument("--packing", choices=("auto", "always", "never"), default="auto", help="rlvr's optim.packing")
+    p.add_argument("--no-lean", action="store_true",
+                   help="rlvr's loop engine decodes with the model's own forward (rollout.engine.lean=false)")
     p.add_argument("--max-tokens", type=int, default=0,
                    help="rlvr's optim.max_tokens_per_micro_batch and max_tokens_per_scoring_pass (0 = rows)")
     p.add_argument("--sft-steps", type=int, default=100, help="warm-start steps for the shared starting model")
@@ -149,7 +151,8 @@ def run_rlvr(args: argparse.Namespace) -> dict[str, Any]:
         "task": {"name": "arithmetic"},
         "warm_start": {"steps": 0},
         "rollout": {"prompts_per_step": args.prompts, "group_size": args.group,
-                    "max_new_tokens": args.max_new_tokens, "temperature": 1.0},
+                    "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
+                    "engine": {"name": "loop", "lean": not args.no_lean}},
         "algorithm": {"loss": {"name": "ppo_clip"}, "aggregation": {"mode": "token-mean"}, "kl_coef": 0.0},
         "optim": {"lr": args.lr, "schedule": "constant", "grad_clip": 1.0, "ppo_epochs": 1, "micro_batch_size": 0,
                   "packing": args.packing, "max_tokens_per_micro_batch": args.max_tokens,
@@ -323,7 +326,7 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
     n = args.prompts * args.group
     out: dict[str, Any] = {"setting": {"prompts": args.prompts, "group": args.group, "completions_per_step": n,
                                        "max_new_tokens": args.max_new_tokens, "threads": args.threads,
-                                       "packing": args.packing, "max_tokens": args.max_tokens,
+                                       "packing": args.packing, "max_tokens": args.max_tokens, "lean": not args.no_lean,
                                        "warmup_steps": args.warmup, "timed_steps": args.steps, **info}}
     for name, res in results.items():
         med = statistics.median(res["spans"])
@@ -366,7 +369,7 @@ def run_worker(args: argparse.Namespace, name: str, folder: Path) -> dict[str, A
 def _forward_args(args: argparse.Namespace) -> list[str]:
     keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed", "regime", "packing",
             "max_tokens", "sft_steps")
-    return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+    return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))] + ["--no-lean"] * args.no_lean
 
 
 def main(argv: list[str] | None = None) -> None:

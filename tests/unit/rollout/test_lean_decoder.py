@@ -111,6 +111,10 @@ def test_models_the_lean_forward_refuses_get_their_own_forward():
     windowed = _model("qwen2")
     windowed.config.use_sliding_window = True
     cases["sliding-window attention"] = windowed
+    dropout = _model("llama")
+    dropout.config.attention_dropout = 0.1
+    assert lean_refusal(dropout) is None  # eval mode: no dropout
+    cases["attention dropout in training mode"] = dropout.train()
     for reason, m in cases.items():
         assert reason in lean_refusal(m)
         assert isinstance(decode_steps(m, 8), ModelSteps)

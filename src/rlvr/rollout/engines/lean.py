@@ -34,10 +34,13 @@ def lean_refusal(model: nn.Module) -> str | None:
         return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {sorted(_ARCHS)}"
     if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager"):
         return f"attention implementation {getattr(cfg, '_attn_implementation', None)!r}"
-    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or []):
+    layer_types = getattr(cfg, "layer_types", None) or []
+    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
         return "sliding-window attention"
     if (getattr(cfg, "pretraining_tp", 1) or 1) != 1:
         return "pretraining_tp > 1"
+    if model.training and getattr(cfg, "attention_dropout", 0.0):
+        return "attention dropout in training mode"
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None or getattr(model, "lm_head", None) is None:
