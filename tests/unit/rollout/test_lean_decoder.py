@@ -108,6 +108,9 @@ def test_models_the_lean_forward_refuses_get_their_own_forward():
     old = wrapped.model.layers[1].self_attn.v_proj
     wrapped.model.layers[1].self_attn.v_proj = Wrapped(old.in_features, old.out_features, bias=False)
     cases["a wrapped linear layer"] = wrapped
+    layernorm = _model("llama")
+    layernorm.model.norm = torch.nn.LayerNorm(32)
+    cases["a norm other than RMSNorm"] = layernorm
     windowed = _model("qwen2")
     windowed.config.use_sliding_window = True
     cases["sliding-window attention"] = windowed

@@ -52,9 +52,10 @@ def lean_refusal(model: nn.Module) -> str | None:
         linears = [*layer.self_attn.children(), layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj]
         if any(type(lin) is not nn.Linear for lin in linears):
             return "a wrapped linear layer (LoRA, quantised)"
-        norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        if any(not type(norm).__name__.endswith("RMSNorm") or not hasattr(norm, "variance_epsilon") for norm in norms):
-            return "a norm other than RMSNorm"
+    norms = [getattr(inner, "norm", None)]  # the final norm, then each layer's two
+    norms += [norm for layer in layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)]
+    if any(not type(norm).__name__.endswith("RMSNorm") or not hasattr(norm, "variance_epsilon") for norm in norms):
+        return "a norm other than RMSNorm"
     if any(m._forward_hooks or m._forward_pre_hooks for m in inner.modules()):
         return "hooks on the decoder (sharded or instrumented parameters)"
     if any(type(p) is not nn.Parameter and type(p) is not Tensor for p in inner.parameters()):
