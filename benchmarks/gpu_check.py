@@ -250,16 +250,27 @@ def environment() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.worker:
-        import torch
-        if not torch.cuda.is_available():
-            torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-        worker = WORKERS.get(args.worker.split("_")[0], rlvr_worker)
-        out = Path(args.result).parent / "run"
-        with contextlib.redirect_stdout(sys.stderr):
-            result = worker(args, args.worker, Path(args.example), out)
-        Path(args.result).write_text(json.dumps(result))
-        return
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the JSON (libraries log on import)
+        if args.worker:
+            run_worker(args)
+            return
+        report = build_report(args)
+    print(json.dumps(report, indent=2), file=stdout)
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """One setting in this process (``--worker``); its result goes to ``--result``."""
+    import torch
+    if not torch.cuda.is_available():
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    worker = WORKERS.get(args.worker.split("_")[0], rlvr_worker)
+    result = worker(args, args.worker, Path(args.example), Path(args.result).parent / "run")
+    Path(args.result).write_text(json.dumps(result))
+
+
+def build_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Every setting of ``args.settings`` on one example model, and the ratios between them."""
     from rlvr.models.real import Size, make_example
     # Qwen2.5-0.5B's width, heads and MLP; 32 layers instead of 24 make up for the 4k-token vocabulary
     # (151k in the real checkpoint): ≈0.48 B parameters.
@@ -285,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         report["ratio_packed_over_padded_update"] = round(
             runs["update_packed"]["s_per_update"] / runs["update_padded"]["s_per_update"], 3)
     report["total_s"] = round(time.perf_counter() - t0, 1)
-    print(json.dumps(report, indent=2))
+    return report
 
 
 if __name__ == "__main__":
