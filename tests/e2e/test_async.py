@@ -105,10 +105,12 @@ def test_a_dead_or_frozen_generator_stops_the_run_and_keeps_its_checkpoints(tmp_
     with pytest.raises(GeneratorError, match=words):
         trainer.train()
     assert time.monotonic() - start < timeout + 3.0  # the timeout, one poll and a margin
+    # Step 3's batch was generated one step ahead (max_staleness 1): when it reached the trainer before
+    # the signal, step 3 trains and saves; either way the run stops at the next batch it waits for.
     last = latest_checkpoint(tmp_path)
-    assert last is not None and last.name.endswith("2")
+    assert last is not None and last.name[-1] in "23", last
     fresh = Trainer(cfg)
-    assert int(load_checkpoint(last, fresh.policy, fresh.optimizer)["step"]) == 2
+    assert int(load_checkpoint(last, fresh.policy, fresh.optimizer)["step"]) == int(last.name[-1])
     assert trainer.collector.worker is None  # the session stopped the worker
 
 

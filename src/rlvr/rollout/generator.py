@@ -6,13 +6,16 @@ so the version of the weights each batch was generated with follows from the ord
 alone, never from timing. Results come back tagged with that version, with the generator's busy and
 idle seconds. Weights arrive over :class:`rlvr.rollout.weight_sync.WeightSync` (gloo, beside the
 training world). The trainer-side handle turns a dead or silent worker into a ``GeneratorError``
-within ``timeout_s``.
+within ``timeout_s``: a reader thread takes the worker's messages off the results queue, so the
+trainer never blocks on the pipe itself (a worker frozen while sending a message, its tensors half
+handed over, stalls only that thread).
 """
 
 from __future__ import annotations
 
 import copy
 import queue
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -98,6 +101,7 @@ class GeneratorProcess:
                                 args=(copy.deepcopy(model).cpu(), tokenizer, sampler, rollout_cfg, version,
                                       store.port, threads, timeout_s, bucket_mb, self.commands, self.results))
         self.proc.start()
+        self._start_reader()
         self._done: dict[Any, Generated] = {}
         try:
             self.sync_group = WeightSync(store, 0, timeout_s, bucket_mb, start_s)  # blocks until the worker joins
@@ -149,6 +153,13 @@ class GeneratorProcess:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(5.0)
+        self.results.put(("closed", None))  # ends the reader thread (one stuck on a dead sender ends by itself)
+
+    def _start_reader(self) -> None:
+        """The thread that moves the worker's messages from ``results`` to ``_inbox`` (:func:`_read`)."""
+        self._inbox: queue.Queue = queue.Queue()
+        threading.Thread(target=_read, args=(self.results, self._inbox), daemon=True,
+                         name="rlvr-generator-reader").start()
 
     def _expect(self, kind: str, timeout_s: float | None = None) -> Any:
         msg = self._next(timeout_s)
@@ -162,10 +173,7 @@ class GeneratorProcess:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                msg = self.results.get(timeout=_POLL_S)
-            except (OSError, EOFError) as err:  # killed while its message was in transit (tensors unreadable)
-                raise GeneratorError(f"the generator process (pid {self.proc.pid}) died while sending a message "
-                                     f"({type(err).__name__}: {err})") from None
+                msg = self._inbox.get(timeout=_POLL_S)
             except queue.Empty:
                 if not self.proc.is_alive():
                     raise GeneratorError(f"the generator process (pid {self.proc.pid}) died with exit code "
@@ -176,4 +184,22 @@ class GeneratorProcess:
                 continue
             if msg[0] == "error":
                 raise GeneratorError(f"the generator process raised:\n{msg[1]}")
+            if msg[0] == "unreadable":  # killed while its message was in transit (tensors unreadable)
+                raise GeneratorError(f"the generator process (pid {self.proc.pid}) died while sending a message "
+                                     f"({msg[1]})")
             return msg
+
+
+def _read(results: Any, inbox: queue.Queue) -> None:
+    """The reader thread: the worker's messages from ``results`` into ``inbox``, in order; a message
+    that cannot be read (its sender died with it in transit) ends the thread as an ``unreadable`` one.
+    Blocking here is harmless: the trainer waits on ``inbox`` with its timeout."""
+    while True:
+        try:
+            msg = results.get()
+        except Exception as err:  # OSError, EOFError, a message cut short by its dying sender
+            inbox.put(("unreadable", f"{type(err).__name__}: {err}"))
+            return
+        if msg[0] == "closed":
+            return
+        inbox.put(msg)
