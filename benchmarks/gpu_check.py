@@ -15,7 +15,8 @@ fresh process:
   settings (skipped, with the reason, where trl or datasets cannot be imported);
 - ``update_packed`` / ``update_padded``: the update alone on one fixed batch whose completion
   lengths spread over 10x (a random model never says eos, so sampled rows are all full length),
-  ``optim.packing=always`` against ``never`` under the same token budget, bf16 + checkpointing.
+  ``optim.packing=always`` (row-wise sdpa) against ``never`` (transformers' sdpa, padded) under
+  the same token budget, bf16 + checkpointing.
 
 ``--cpu-smoke`` runs the same code on the CPU with the ``tiny`` size, few rows and tokens, every
 setting in one process (peak memory is then cumulative): it checks that the script works, not how

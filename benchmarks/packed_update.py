@@ -1,12 +1,13 @@
 """Forward + backward seconds of one uneven batch on the tiny model: padded (trimmed, length-bucketed)
-micro-batches against packed, padding-free ones, at a few token budgets; the basis of
-``optim.packing``'s default.
+micro-batches against packed, padding-free ones, at a few token budgets, with transformers' sdpa and
+with row-wise sdpa (``rlvr.models.rowwise_attention``); the basis of ``optim.packing``'s default.
 
 One process, no generation: rows with prompts of 8..14 tokens (left-padded to 16) and completions of
 ``--min-len`` .. ``--max-len`` tokens, the loss a plain sum of log-probs. Each setting runs
 ``--repeats`` times in turn (A B C, A B C, ...) and the fastest is reported: the least disturbed by
-other load on a shared machine. With sdpa on CPU a pack of L tokens computes the whole L x L score
-matrix under a block-diagonal mask, so at short lengths packing costs more attention than padding saves.
+other load on a shared machine. With transformers' sdpa a pack of L tokens computes the whole L x L
+score matrix under a block-diagonal mask, so at short lengths packing costs more attention than padding
+saves; row-wise sdpa (``rowwise_*``) attends inside each row, at the padded pass's attention cost.
 
     python benchmarks/packed_update.py                              # learning-regime lengths (10..48)
     python benchmarks/packed_update.py --min-len 20 --max-len 400   # long, uneven
@@ -49,14 +50,17 @@ def batch(args: argparse.Namespace, vocab: int) -> tuple[torch.Tensor, ...]:
 
 
 def settings(args: argparse.Namespace, lengths: torch.Tensor) -> dict[str, tuple[bool, list[torch.Tensor]]]:
+    """name -> (packed, micro-batches); a ``rowwise_`` name runs on the row-wise sdpa copy of the model."""
     from rlvr.batching import plan_micro_batches
     from rlvr.packing import plan_token_budget
     rows = torch.arange(args.rows)
     out = {"padded_1_untrimmed": (False, [rows]),
-           "padded_3_buckets": (False, plan_micro_batches(rows, 0, lengths=lengths, buckets=3)),
-           "packed_1": (True, [rows])}
-    for b in args.budgets:
-        out[f"packed_budget_{b}"] = (True, plan_token_budget(rows, lengths, b))
+           "padded_3_buckets": (False, plan_micro_batches(rows, 0, lengths=lengths, buckets=3))}
+    for prefix in ("", "rowwise_"):
+        out[f"{prefix}packed_1"] = (True, [rows])
+        out[f"{prefix}packed_3_buckets"] = (True, out["padded_3_buckets"][1])
+        for b in args.budgets:
+            out[f"{prefix}packed_budget_{b}"] = (True, plan_token_budget(rows, lengths, b))
     return out
 
 
@@ -77,9 +81,14 @@ def step(model, data, packed: bool, groups: list[torch.Tensor], trim: bool) -> f
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    import copy
+
     from rlvr.models import build_char_tokenizer, build_tiny_model
+    from rlvr.models.rowwise_attention import ROWWISE_SDPA
     from rlvr.packing import packed_lengths
     model = build_tiny_model(build_char_tokenizer(), hidden=args.hidden, layers=args.layers, heads=args.heads)
+    rowwise = copy.deepcopy(model)
+    rowwise.set_attn_implementation(ROWWISE_SDPA)
     data = batch(args, model.config.vocab_size)
     lengths = packed_lengths(data[1], data[3])
     plans = settings(args, lengths)
@@ -87,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     load = [round(os.getloadavg()[0], 2)]
     for _ in range(args.repeats + 1):  # the first round warms up and is dropped
         for name, (packed, groups) in plans.items():
-            times[name].append(step(model, data, packed, groups, trim=name != "padded_1_untrimmed"))
+            net = rowwise if name.startswith("rowwise_") else model
+            times[name].append(step(net, data, packed, groups, trim=name != "padded_1_untrimmed"))
     load.append(round(os.getloadavg()[0], 2))
     width = data[0].shape[1] + data[2].shape[1]
     report = {"rows": args.rows, "completion_len": [args.min_len, args.max_len], "real_tokens": int(lengths.sum()),

@@ -24,11 +24,13 @@ For each framework the report gives the update's work per step: the fraction of 
 the training forward/backward (rlvr's ``optim.skip_zero_rows``; TRL computes every row), the fraction
 of the positions it computed that were padding, the positions computed against the real tokens
 among them, and for rlvr the update's peak resident memory above its start (``VmHWM`` reset before
-each update, Linux only).
+each update, Linux only) and, with ``--activation-memory``, the peak bytes it held for backward
+(``SavedForBackward``: saved-tensor hooks, independent of how the allocator reuses pages).
 
-``--packing`` sets rlvr's ``optim.packing`` (``always``: packed, padding-free passes; ``never``:
-padded and trimmed; ``auto``, the default, packs only with flash-attention, so the tiny CPU models run
-padded) and ``--max-tokens`` its token budget per update micro-batch and scoring pass (0 = none).
+``--packing`` sets rlvr's ``optim.packing`` (``auto``, the default, and ``always``: packed,
+padding-free passes, the tiny models' sdpa running row-wise, ``rlvr.models.rowwise_attention``;
+``never``: padded and trimmed, transformers' sdpa) and ``--max-tokens`` its token budget per update
+micro-batch and scoring pass (0 = none).
 
     python benchmarks/step_speed.py            # prints one JSON object on stdout
     python benchmarks/step_speed.py --regime learning --repeats 2
@@ -75,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--packing", choices=("auto", "always", "never"), default="auto", help="rlvr's optim.packing")
     p.add_argument("--no-lean", action="store_true",
                    help="rlvr's loop engine decodes with the model's own forward (rollout.engine.lean=false)")
+    p.add_argument("--activation-memory", action="store_true",
+                   help="also report the update's peak bytes saved for backward (rlvr; saved-tensor hooks)")
     p.add_argument("--max-tokens", type=int, default=0,
                    help="rlvr's optim.max_tokens_per_micro_batch and max_tokens_per_scoring_pass (0 = rows)")
     p.add_argument("--sft-steps", type=int, default=100, help="warm-start steps for the shared starting model")
@@ -177,12 +181,18 @@ def run_rlvr(args: argparse.Namespace) -> dict[str, Any]:
     spread: list[list[int]] = []  # per step: shortest and longest completion of the batch
     update = trainer.update
 
+    saved: list[float] = []
+
     def measured_update(batch):  # the update's peak resident memory above its start
         lengths = batch.attention.sum(-1)
         spread.append([int(lengths.min()), int(lengths.max())])
         start = _reset_peak_rss()
-        result = update(batch)
+        meter = SavedForBackward(trainer.policy) if args.activation_memory else contextlib.nullcontext()
+        with meter:
+            result = update(batch)
         peaks.append(_peak_rss_mb() - start if start is not None else float("nan"))
+        if args.activation_memory:
+            saved.append(meter.peak / 2**20)
         return result
 
     trainer.train_step, trainer.update = timed_step, measured_update
@@ -192,8 +202,49 @@ def run_rlvr(args: argparse.Namespace) -> dict[str, Any]:
             "timing": [{k[len("timing/"):]: v for k, v in r.items() if k.startswith("timing/")} for r in rows],
             "response_length": [r.get("rollout/response_length") for r in rows],
             "reward": [r.get("reward/mean") for r in rows], "update_peak_rss_mb": peaks[args.warmup:],
+            "update_peak_saved_mb": saved[args.warmup:],
             "completion_len_min_max": spread[args.warmup:],
             **{key: [r.get(f"update/{name}") for r in rows] for key, name in WORK.items()}}
+
+
+class SavedForBackward:
+    """The peak bytes of activations held for backward while it is entered: distinct storages saved by
+    autograd (saved-tensor hooks), the model's parameters left out. Unlike resident memory it does not
+    depend on the allocator reusing freed pages, so it shows what a token budget bounds."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.live: dict[int, list[int]] = {}  # storage -> [bytes, saved references]
+        self.now = self.peak = 0
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: Any) -> Any:
+        key = t.untyped_storage().data_ptr()
+        if key not in self.params:
+            entry = self.live.setdefault(key, [t.untyped_storage().nbytes(), 0])
+            if entry[1] == 0:
+                self.now += entry[0]
+                self.peak = max(self.peak, self.now)
+            entry[1] += 1
+        return key, t
+
+    def _unpack(self, packed: Any) -> Any:
+        key, t = packed
+        entry = self.live.get(key)
+        if entry is not None:  # released at its first use in backward (retain_graph is not used here)
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.now -= entry[0]
+                del self.live[key]
+        return t
+
+    def __enter__(self) -> SavedForBackward:
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.hooks.__exit__(*exc)
 
 
 def _status_mb(field: str) -> float:
@@ -344,6 +395,8 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
             out[name]["completion_len_min_max_per_step"] = res["completion_len_min_max"]
         if res.get("update_peak_rss_mb"):
             out[name]["update_peak_rss_mb_above_start"] = round(max(res["update_peak_rss_mb"]), 1)
+        if res.get("update_peak_saved_mb"):
+            out[name]["update_peak_saved_for_backward_mb"] = round(max(res["update_peak_saved_mb"]), 2)
     if "rlvr" in results:
         out["rlvr"]["split"] = rlvr_split(results["rlvr"])
     if len(results) == 2:
@@ -369,7 +422,8 @@ def run_worker(args: argparse.Namespace, name: str, folder: Path) -> dict[str, A
 def _forward_args(args: argparse.Namespace) -> list[str]:
     keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed", "regime", "packing",
             "max_tokens", "sft_steps")
-    return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))] + ["--no-lean"] * args.no_lean
+    flags = ["--no-lean"] * args.no_lean + ["--activation-memory"] * args.activation_memory
+    return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))] + flags
 
 
 def main(argv: list[str] | None = None) -> None:

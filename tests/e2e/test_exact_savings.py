@@ -1,5 +1,7 @@
-"""The update's exact savings (optim.skip_zero_rows, optim.trim_padding): the weights after one update
-equal those with every row computed at full padding, and presets that need every row keep them."""
+"""The update's exact savings on padded passes (optim.skip_zero_rows, optim.trim_padding,
+optim.length_buckets; optim.packing=never, since packed passes have no padding to trim:
+tests/e2e/test_packing.py): the weights after one update equal those with every row computed at full
+padding, and presets that need every row keep them."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from tests.helpers.tiny import tiny_config
 from tests.helpers.tolerance import assert_same_loss, assert_same_update
 
 OFF = ["optim.skip_zero_rows=false", "optim.trim_padding=false"]
+PADDED = ["optim.packing=never"]  # the padded passes whose savings this file tests
 
 
 def _update(tmp_path, name: str, overrides: list[str]) -> tuple[torch.Tensor, dict, torch.Tensor]:
@@ -30,11 +33,11 @@ def _update(tmp_path, name: str, overrides: list[str]) -> tuple[torch.Tensor, di
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_each_saving_leaves_the_update_unchanged(tmp_path, mode):
     agg = [f"algorithm.aggregation.mode={mode}"]
-    before, ref, want = _update(tmp_path, "off", [*agg, *OFF])
+    before, ref, want = _update(tmp_path, "off", [*agg, *OFF, *PADDED])
     assert (want - before).abs().max() > 1e-4  # the update moved the weights
     assert ref["update/skipped_row_frac"] == 0.0 and ref["update/padding_frac"] > 0.2
     for name, knobs in {"skip": [OFF[1]], "trim": [OFF[0]], "both": []}.items():
-        _, got, weights = _update(tmp_path, name, [*agg, *knobs])
+        _, got, weights = _update(tmp_path, name, [*agg, *knobs, *PADDED])
         assert_same_update(weights, want, before)  # float32 reordering only (tests/helpers/tolerance.py)
         assert_same_loss(got["loss/total"], ref["loss/total"])  # skipped rows add 0
         if name != "trim":
@@ -47,7 +50,7 @@ def test_several_epochs_reuse_the_first_epochs_old_logprobs_on_the_rows_computed
     """ppo_epochs=2 with one mini-batch: behaviour log-probs come from the first epoch's forward, which
     never sees the rows left out; they are never trained, so the second epoch is unchanged too."""
     knobs = ["optim.ppo_epochs=2"]
-    before, ref, want = _update(tmp_path, "off", [*knobs, *OFF])
+    before, ref, want = _update(tmp_path, "off", [*knobs, *OFF, *PADDED])
     _, got, weights = _update(tmp_path, "on", knobs)
     assert got["update/skipped_row_frac"] == 0.5 and ref["loss/behaviour_kl"] > 0
     assert_same_update(weights, want, before)
@@ -73,7 +76,8 @@ def test_an_entropy_bonus_computes_every_row(tmp_path):
 def test_length_buckets_leave_the_update_unchanged(tmp_path, mode):
     """One micro-batch (micro_batch_size 0) of 16 rows: optim.length_buckets splits it, longest rows
     first, into 16 // 8 = 2 forwards, each trimmed to its own longest row."""
-    knobs = [f"algorithm.aggregation.mode={mode}", "optim.micro_batch_size=0", "optim.skip_zero_rows=false"]
+    knobs = [f"algorithm.aggregation.mode={mode}", "optim.micro_batch_size=0", "optim.skip_zero_rows=false",
+             *PADDED]
     before, ref, want = _update(tmp_path, "off", [*knobs, "optim.trim_padding=false", "optim.length_buckets=1"])
     _, one, _ = _update(tmp_path, "one", [*knobs, "optim.length_buckets=1"])
     _, got, weights = _update(tmp_path, "buckets", [*knobs, "optim.length_buckets=3"])

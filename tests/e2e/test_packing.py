@@ -1,6 +1,7 @@
-"""Packed, padding-free passes (optim.packing) and token-budget micro-batches: the weights after an
-update equal the padded computation with every row at full padding, for each aggregation mode, with
-mini-batches (old log-probs from a packed scoring pass), with LoRA and on 2 data-parallel ranks.
+"""Packed, padding-free passes (optim.packing; with sdpa, row-wise sdpa) and token-budget
+micro-batches: the weights after an update equal the padded computation with every row at full
+padding, for each aggregation mode and the default settings, with mini-batches (old log-probs from a
+packed scoring pass), with LoRA and on 2 data-parallel ranks.
 
 Tolerance (tests/helpers/tolerance.py, assert_same_update): packing changes only the order of float32
 sums (matmul tiles over one long sequence instead of several padded rows, each softmax over a row's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from rlvr.models.rowwise_attention import ROWWISE_SDPA
 from rlvr.train.config import ConfigError
 from rlvr.train.trainer import Trainer
 from tests.e2e.test_distributed import _max_diff, _run
@@ -30,7 +32,10 @@ BUDGET = ["optim.max_tokens_per_micro_batch=24", "optim.max_tokens_per_scoring_p
 def test_a_packed_update_equals_the_padded_one(tmp_path, mode):
     agg = [f"algorithm.aggregation.mode={mode}"]
     before, ref, want = _update(tmp_path, "padded", [*agg, *PADDED])
-    for name, knobs in {"packed": PACKED, "budget": [*PACKED, *BUDGET], "padded_budget": BUDGET}.items():
+    cases = {"auto": [], "packed": PACKED, "budget": [*PACKED, *BUDGET],
+             "padded_budget": [*BUDGET, "optim.packing=never"],
+             "checkpointed": [*BUDGET, "model.gradient_checkpointing=true"]}  # auto: row-wise sdpa
+    for name, knobs in cases.items():
         _, got, weights = _update(tmp_path, name, [*agg, *knobs])
         assert_same_update(weights, want, before)
         assert_same_loss(got["loss/total"], ref["loss/total"])
@@ -61,12 +66,17 @@ def test_a_packed_lora_update_equals_the_padded_one(tmp_path):
     assert_same_loss(got["loss/total"], ref["loss/total"])
 
 
-def test_auto_leaves_sdpa_padded_and_on_names_the_fallback(tmp_path):
-    """auto packs only where attention runs row by row (flash-attention): the tiny models' sdpa stays
-    padded (trimmed). always with an attention implementation that cannot take packed rows fails naming
-    the fallback."""
+def test_auto_packs_sdpa_row_wise_never_keeps_it_and_on_names_the_fallback(tmp_path):
+    """auto packs where attention runs row by row: the tiny models' sdpa runs as row-wise sdpa
+    (rlvr.models.rowwise_attention), every computed position a real token; never keeps transformers'
+    sdpa and padded (trimmed) passes. always with an attention implementation that cannot take packed
+    rows fails naming the fallback."""
     _, auto, _ = _update(tmp_path, "auto", [])
-    assert auto["update/padding_frac"] > 0.0  # trimmed, not packed
+    assert auto["update/padding_frac"] == 0.0
+    assert Trainer(tiny_config(tmp_path / "a", [])).policy.config._attn_implementation == ROWWISE_SDPA
+    _, never, _ = _update(tmp_path, "never", ["optim.packing=never"])
+    assert never["update/padding_frac"] > 0.0  # trimmed, not packed
+    assert Trainer(tiny_config(tmp_path / "n", ["optim.packing=never"])).policy.config._attn_implementation == "sdpa"
     trainer = Trainer(tiny_config(tmp_path / "on", PACKED))
     trainer.policy.config._attn_implementation = "flex_attention"
     from tests.helpers.batches import savings_global_batch

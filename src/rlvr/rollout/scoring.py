@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, masking_utils
 
+from rlvr.models.rowwise_attention import ROWWISE_SDPA, RowLayout, row_index
 from rlvr.ops import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
 from rlvr.packing import pack_rows
 
@@ -46,14 +47,19 @@ def packed_logprobs(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Ten
                     completion_mask: Tensor, temperature: float = 1.0,
                     with_entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
     """:func:`sequence_logprobs` of the same rows in one padding-free forward: the rows laid end to
-    end in a (1, L) sequence (``rlvr.packing.pack_rows``), positions restarting at 0 per row and no
-    attention mask, so transformers builds a block-diagonal causal mask from the positions
-    (``masking_utils.find_packed_sequence_indices``; flash-attention reads the positions). Only the
-    positions that predict a completion token go through the output layer. Returns (n, T) as the
-    padded pass, 0 at columns past a row's last real token (padding there: mask them)."""
+    end in a (1, L) sequence (``rlvr.packing.pack_rows``), positions restarting at 0 per row. Row-wise
+    sdpa (``rlvr.models.rowwise_attention``) gets the rows' index as its mask and attends row by row;
+    other implementations get no mask, so transformers builds a block-diagonal causal mask from the
+    positions (``masking_utils.find_packed_sequence_indices``; flash-attention reads the positions).
+    Only the positions that predict a completion token go through the output layer. Returns (n, T) as
+    the padded pass, 0 at columns past a row's last real token (padding there: mask them)."""
     packed = pack_rows(prompt_ids, prompt_mask, completion_ids, completion_mask)
-    logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None,
-                   logits_to_keep=packed.predict, use_cache=False).logits  # (1, K, V)
+    rows: dict = {"attention_mask": None}
+    if attention_implementation(model) == ROWWISE_SDPA:  # the rows' index as the mask, and their buckets
+        index = row_index(packed.position_ids)  # (1, 1, n, W)
+        rows = {"attention_mask": index, "row_layout": RowLayout.of(index[0, 0])}
+    logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, logits_to_keep=packed.predict,
+                   use_cache=False, **rows).logits  # (1, K, V)
     targets = packed.targets.view(1, -1)  # (1, K)
     if with_entropy and entropy_grad:
         logprobs, entropy = logprobs_and_entropy(logits, targets, temperature=temperature)
@@ -64,10 +70,10 @@ def packed_logprobs(model: PreTrainedModel, prompt_ids: Tensor, prompt_mask: Ten
     return logprobs, packed.unpack(entropy_from_logits(logits.detach(), temperature=temperature)[0])
 
 
-PACKED_ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")  # masks from the positions
-# Implementations that compute each packed row's attention alone (varlen kernels): no wasted work.
-# sdpa and eager compute the whole L x L score matrix of a pack under a block-diagonal mask.
-ROW_WISE_ATTENTION = ("flash_attention_2", "flash_attention_3")
+PACKED_ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", ROWWISE_SDPA)
+# Implementations that compute each packed row's attention alone (varlen kernels, row-wise sdpa): no
+# wasted work. sdpa and eager compute the whole L x L score matrix of a pack under a block-diagonal mask.
+ROW_WISE_ATTENTION = ("flash_attention_2", "flash_attention_3", ROWWISE_SDPA)
 
 
 def attention_implementation(model: torch.nn.Module) -> str | None:

@@ -229,17 +229,19 @@ class OptimConfig:
     trim_padding: bool = param(True, "sort rows by length into micro-batches and cut each forward to its own "
                                      "longest prompt and completion (exact up to float rounding), in the "
                                      "update and in the no-grad scoring passes")
-    length_buckets: int = param(3, "with trim_padding and one micro-batch (micro_batch_size 0): split the "
-                                   "update's rows, sorted by length, into up to this many micro-batches of at "
-                                   "least 8 rows, each cut to its own longest row (exact up to float rounding; "
-                                   "fewer padded positions for a forward/backward more each; 1 = off)")
+    length_buckets: int = param(3, "with trim_padding and one padded micro-batch (micro_batch_size 0, not "
+                                   "packed): split the update's rows, sorted by length, into up to this many "
+                                   "micro-batches of at least 8 rows, each cut to its own longest row (exact up "
+                                   "to float rounding; fewer padded positions for a forward/backward more "
+                                   "each; 1 = off)")
     packing: str = param("auto", "padding-free passes: each micro-batch's rows in one sequence, positions "
                                  "restarting per row, attention kept within rows (exact up to float "
                                  "rounding). auto = where the model takes packed rows and its attention "
-                                 "computes each row alone (flash_attention_2/3); sdpa and eager compute a "
-                                 "pack's whole L x L score matrix, measured slower than padded passes on "
-                                 "CPU with the tiny models, so auto leaves them padded; always = pack "
-                                 "with sdpa/eager too (an error where the model cannot); never = padded")
+                                 "computes each row alone: flash_attention_2/3, and sdpa, which runs row "
+                                 "by row in packed passes (rlvr.models.rowwise_attention); eager would "
+                                 "compute a pack's whole L x L score matrix, so auto leaves it padded; "
+                                 "always = pack with eager too (an error where the model cannot); "
+                                 "never = padded (and sdpa stays transformers' own)")
     max_tokens_per_micro_batch: int = param(0, "token budget of each update micro-batch (0 = micro-batches by "
                                                "rows: micro_batch_size, length_buckets): rows longest first; "
                                                "packed, as many rows as their tokens fit; padded, as many as "

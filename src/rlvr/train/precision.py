@@ -5,7 +5,10 @@
   parameters, gradients and AdamW state stay float32 (the master weights); ``fp16`` adds a gradient
   scaler, since fp16 gradients underflow without one.
 - ``model.attn_implementation`` and ``model.gradient_checkpointing`` (non-reentrant; Hugging Face
-  models only recompute in training mode, so generation with the KV cache is unaffected).
+  models only recompute in training mode, so generation with the KV cache is unaffected). Where passes
+  may be packed (``optim.packing`` auto or always), sdpa runs as row-wise sdpa
+  (``rlvr.models.rowwise_attention``): transformers' sdpa for every padded pass and for generation,
+  row by row for a packed one.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     dtype = load_dtype(cfg)
     if dtype != "auto" and any(p.dtype != dtype for p in model.parameters() if p.is_floating_point()):
         model.to(dtype)
-    set_attention(model, cfg.model.attn_implementation)
+    set_attention(model, attention_kernel(model, cfg))
     if cfg.model.gradient_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ConfigError(f"model.gradient_checkpointing: {type(model).__name__} does not support it")
@@ -49,6 +52,18 @@ def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
+
+
+def attention_kernel(model: torch.nn.Module, cfg: Config) -> str:
+    """The attention implementation ``model`` runs: ``model.attn_implementation``, except that sdpa is
+    row-wise sdpa where passes may be packed, the model takes packed rows and row-wise sdpa computes
+    its attention exactly (``rowwise_refusal``: no sliding window, no soft-cap)."""
+    from rlvr.models.rowwise_attention import AVAILABLE, ROWWISE_SDPA, rowwise_refusal
+    from rlvr.rollout.scoring import packing_unsupported
+    name = cfg.model.attn_implementation
+    if name != "sdpa" or not AVAILABLE or cfg.optim.packing == "never":
+        return name
+    return ROWWISE_SDPA if packing_unsupported(model) is None and rowwise_refusal(model) is None else name
 
 
 def check_attention(name: str) -> None:

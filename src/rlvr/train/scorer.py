@@ -38,9 +38,9 @@ class Scorer:
     def packs(self, model: torch.nn.Module, batch: Rollouts) -> bool:
         """Whether passes of ``model`` over ``batch`` are packed (``optim.packing``): ``always`` packs and
         fails where the model or the batch cannot take it; ``auto`` packs where it can and the
-        attention implementation computes each row alone (flash-attention; sdpa and eager would
-        compute the pack's whole L x L score matrix, slower than padding on CPU: benchmarks/
-        step_speed.py); ``never`` never packs."""
+        attention implementation computes each row alone (flash-attention, row-wise sdpa:
+        ``rlvr.models.rowwise_attention``; eager would compute the pack's whole L x L score matrix);
+        ``never`` never packs."""
         mode = self.cfg.optim.packing
         if mode == "never":
             return False

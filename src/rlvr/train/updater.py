@@ -124,9 +124,9 @@ class Updater:
         keep = None
         if o.skip_zero_rows and not self.needs_every_row():
             keep = ((batch.advantages != 0) & batch.completion_mask).any(-1)  # (N,) rows with any gradient
-        if self.scorer.packs(self.policy, batch):
+        if self.scorer.packs(self.policy, batch):  # no padding to cut: length buckets would only add passes
             return UpdatePlan(o.micro_batch_size, keep, packed_lengths(batch.prompt_mask, batch.attention),
-                              o.length_buckets, budget=o.max_tokens_per_micro_batch, packed=True)
+                              budget=o.max_tokens_per_micro_batch, packed=True)
         budget = o.max_tokens_per_micro_batch
         lengths = row_lengths(batch) if o.trim_padding or budget else None
         return UpdatePlan(o.micro_batch_size, keep, lengths, o.length_buckets, budget=budget)

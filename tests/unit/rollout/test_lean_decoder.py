@@ -1,9 +1,10 @@
 """The loop engine's lean forward (rlvr.rollout.engines.lean): the model's own logits, teacher-forced.
 
 Both paths are fed the same prompts and tokens, so nothing here depends on sampling. The lean forward
-runs the model's operations in the same order, but transformers may pick another sdpa mask form
-(None, a boolean or an additive mask) and so another kernel reduction order: logits (|logit| < 1 for
-these random models) agree to float32 rounding of a two-layer forward (1e-5 absolute, ~100 ulps);
+computes the model's products and sums, but q/k/v (and gate/up) as one matmul over joined weights
+(another GEMM blocking) and transformers may pick another sdpa mask form (None, a boolean or an
+additive mask), so other reduction orders: logits (|logit| < 1 for these random models) agree to
+float32 rounding of a two-layer forward (1e-5 absolute, ~100 ulps);
 under bf16 autocast each matmul's output keeps 8 bits of mantissa (relative 2^-8 per rounding, a
 handful of roundings on the way: 5 % of the largest logit).
 """

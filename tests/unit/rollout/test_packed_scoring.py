@@ -34,12 +34,14 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> None:
     assert (a - b).abs().max().item() <= RTOL * scale, (a - b).abs().max().item()
 
 
-def test_packed_logprobs_and_entropy_equal_the_padded_pass_and_one_row_at_a_time(policy):
+def check_packed_equals_padded(policy: torch.nn.Module, packed_model: torch.nn.Module) -> None:
+    """Packed log-probs and entropies of ``_rows`` under ``packed_model`` equal ``policy``'s padded
+    pass and each row scored alone; 0 past a row's last real token."""
     args = _rows(policy.config.vocab_size)
     mask = args[3]
     with torch.no_grad():
         padded, padded_ent = sequence_logprobs(policy, *args, with_entropy=True)
-        packed, packed_ent = packed_logprobs(policy, *args, with_entropy=True)
+        packed, packed_ent = packed_logprobs(packed_model, *args, with_entropy=True)
         for i in range(3):  # each row alone, cut to its own real tokens
             p0, t1 = int((~args[1][i]).sum()), int(mask[i].sum())
             alone, _ = sequence_logprobs(policy, args[0][i:i + 1, p0:], args[1][i:i + 1, p0:],
@@ -48,6 +50,10 @@ def test_packed_logprobs_and_entropy_equal_the_padded_pass_and_one_row_at_a_time
     _close(packed[mask], padded[mask])
     _close(packed_ent[mask], padded_ent[mask])
     assert (packed[~mask] == 0).all()  # past a row's last real token: padding, left at 0
+
+
+def test_packed_logprobs_and_entropy_equal_the_padded_pass_and_one_row_at_a_time(policy):
+    check_packed_equals_padded(policy, policy)
 
 
 def test_a_row_never_sees_the_row_packed_before_it(policy):
@@ -75,16 +81,22 @@ def test_a_row_never_sees_the_row_packed_before_it(policy):
     assert leak > 1e-3
 
 
-def test_packed_gradients_equal_the_padded_pass(policy):
-    args = _rows(policy.config.vocab_size)
+def gradient_gap(padded_model: torch.nn.Module, packed_model: torch.nn.Module) -> float:
+    """|g_padded - g_packed| / |g_padded| of a weighted sum of log-probs and entropies over ``_rows``,
+    the padded pass on a copy of ``padded_model``, the packed one on a copy of ``packed_model``."""
+    args = _rows(padded_model.config.vocab_size)
     weights = torch.linspace(-1.0, 1.0, args[3].numel()).view(args[3].shape) * args[3]
     grads = []
-    for fn in (sequence_logprobs, packed_logprobs):
-        model = copy.deepcopy(policy).train()
+    for fn, base in ((sequence_logprobs, padded_model), (packed_logprobs, packed_model)):
+        model = copy.deepcopy(base).train()
         logp, ent = fn(model, *args, with_entropy=True, entropy_grad=True)
         ((logp + 0.1 * ent) * weights).sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-    gap = ((grads[0] - grads[1]).norm() / grads[0].norm()).item()
+    return ((grads[0] - grads[1]).norm() / grads[0].norm()).item()
+
+
+def test_packed_gradients_equal_the_padded_pass(policy):
+    gap = gradient_gap(policy, policy)
     assert gap <= RTOL, gap
 
 

@@ -3,10 +3,10 @@
 transformers' forward builds a 4-D mask, walks a cache object and passes through several wrapper
 layers on every call; for the small models of this testbed that machinery costs more than the
 arithmetic of a decode step. :class:`LeanDecoder` computes the same decoder with the model's own
-weights and rotary embedding, straight tensor calls, and a preallocated KV cache. On the models it
-accepts, its logits equal the model's forward (the same operations in the same order;
-tests/unit/rollout/test_lean_decoder.py checks Llama and Qwen2 with left padding, grouped-query
-heads, dropped rows and bf16 autocast). Anything else — another architecture, a sliding window,
+weights and rotary embedding, straight tensor calls (q/k/v and gate/up each as one matmul over the
+weights joined), and a preallocated KV cache. On the models it accepts, its logits equal the model's
+forward within float rounding (the same products and sums; tests/unit/rollout/test_lean_decoder.py
+checks Llama and Qwen2 with left padding, grouped-query heads, dropped rows and bf16 autocast). Anything else — another architecture, a sliding window,
 an attention implementation other than sdpa or eager, a wrapped linear (LoRA, quantised), hooks on
 the decoder (sharded parameters) — is refused with the reason, and the engine uses the model's
 forward (``lean_refusal``).
@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rlvr.models.rowwise_attention import ROWWISE_SDPA
+
 _ARCHS = {"llama", "qwen2"}
 _LAYER = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
 _ATTN = {"q_proj", "k_proj", "v_proj", "o_proj"}
@@ -32,7 +34,7 @@ def lean_refusal(model: nn.Module) -> str | None:
     cfg = getattr(model, "config", None)
     if getattr(cfg, "model_type", None) not in _ARCHS:
         return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {sorted(_ARCHS)}"
-    if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager"):
+    if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager", ROWWISE_SDPA):
         return f"attention implementation {getattr(cfg, '_attn_implementation', None)!r}"
     layer_types = getattr(cfg, "layer_types", None) or []
     if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
@@ -71,6 +73,16 @@ def _rms(x: Tensor, norm: nn.Module) -> Tensor:
     return norm.weight * h.to(dtype)
 
 
+def _joined(*linears: nn.Linear) -> tuple[Tensor, Tensor | None]:
+    """The weight and bias of ``linears`` applied side by side (outputs concatenated in that order)."""
+    weight = torch.cat([m.weight for m in linears])  # (sum out, in)
+    biases = [m.bias for m in linears]
+    if all(b is None for b in biases):
+        return weight, None
+    return weight, torch.cat([b if b is not None else weight.new_zeros(m.out_features)
+                              for m, b in zip(linears, biases, strict=True)])
+
+
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding of (B, H, S, D) with cos / sin (B, 1, S, D), rotate-half convention."""
     half = x.shape[-1] // 2
@@ -86,6 +98,11 @@ class LeanDecoder:
     def __init__(self, model: nn.Module, max_len: int) -> None:
         self.model, self.inner, self.max_len = model, model.model, max_len
         self.layers = list(self.inner.layers)
+        # Per layer, q/k/v and gate/up as one matmul each (the weights as they are now: one decoder
+        # serves one generation call): fewer, larger calls for the same products.
+        self.qkv = [_joined(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+                    for layer in self.layers]
+        self.gate_up = [_joined(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.layers]
         self.keys: Tensor | None = None  # (L, B, H_kv, max_len, D), allocated at prefill (the K/V dtype)
         self.values: Tensor | None = None
         self.length = 0  # positions filled
@@ -118,8 +135,7 @@ class LeanDecoder:
             x = x + self._attention(i, layer.self_attn, _rms(x, layer.input_layernorm), cos, sin, mask, start, end)
             h = _rms(x, layer.post_attention_layernorm)
             mlp = layer.mlp
-            gate = F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
-            up = F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
+            gate, up = F.linear(h, *self.gate_up[i]).chunk(2, dim=-1)  # (B, S, I) each
             x = x + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         self.length = end
         return self.model.lm_head(_rms(x[:, -1:], self.inner.norm))[:, -1]  # a module call: its hooks fire
@@ -127,10 +143,11 @@ class LeanDecoder:
     def _attention(self, i: int, attn: nn.Module, h: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
                    start: int, end: int) -> Tensor:
         b, s, _ = h.shape
-        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(b, s, -1, attn.head_dim).transpose(1, 2)
-        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(b, s, -1, attn.head_dim).transpose(1, 2)
-        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(b, s, -1, attn.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)  # (B, H, S, D), (B, H_kv, S, D)
+        heads = attn.q_proj.out_features // attn.head_dim
+        qkv = F.linear(h, *self.qkv[i]).view(b, s, -1, attn.head_dim).transpose(1, 2)  # (B, H + 2 H_kv, S, D)
+        kv = (qkv.shape[1] - heads) // 2
+        qk = _rotate(qkv[:, :heads + kv], cos, sin)  # queries and keys rotated in one pass
+        q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv:]  # (B, H, S, D), (B, H_kv, S, D) x 2
         if self.keys is None:
             shape = (len(self.layers), b, k.shape[1], self.max_len, k.shape[-1])
             self.keys = torch.zeros(shape, dtype=k.dtype, device=k.device)
