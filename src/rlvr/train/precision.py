@@ -42,7 +42,13 @@ def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     dtype = load_dtype(cfg)
     if dtype != "auto" and any(p.dtype != dtype for p in model.parameters() if p.is_floating_point()):
         model.to(dtype)
-    set_attention(model, attention_kernel(model, cfg))
+    kernel = attention_kernel(model, cfg)
+    try:
+        set_attention(model, kernel)
+    except ConfigError:  # a transformers that does not take a registered implementation: sdpa, padded passes
+        if kernel == cfg.model.attn_implementation:
+            raise
+        set_attention(model, cfg.model.attn_implementation)
     if cfg.model.gradient_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ConfigError(f"model.gradient_checkpointing: {type(model).__name__} does not support it")

@@ -158,3 +158,22 @@ def test_length_buckets_give_the_padded_pass(policy):
         padded, _ = sequence_logprobs(policy, *args)
         packed, _ = packed_logprobs(_rowwise(policy), *args)
     _close(packed[attention], padded[attention])
+
+
+def test_a_transformers_that_refuses_the_implementation_keeps_sdpa(monkeypatch):
+    """Where set_attn_implementation rejects the registered name (an older transformers), the policy
+    keeps transformers' sdpa and auto then runs padded passes, instead of the run failing."""
+    from rlvr.models import build_char_tokenizer, build_tiny_model
+    from rlvr.train.config import load_config
+    from rlvr.train.precision import configure_policy
+    model = build_tiny_model(build_char_tokenizer(), hidden=32, layers=1, heads=2)
+    real = type(model).set_attn_implementation
+
+    def picky(self, name):
+        if name == ROWWISE_SDPA:
+            raise ValueError(f"unknown attention implementation {name}")
+        return real(self, name)
+    monkeypatch.setattr(type(model), "set_attn_implementation", picky)
+    model.config._attn_implementation = "eager"  # so that configure_policy has to set it
+    configure_policy(model, load_config(None, []))
+    assert model.config._attn_implementation == "sdpa"
