@@ -145,7 +145,8 @@ def rowwise_sdpa_forward(module: torch.nn.Module, query: Tensor, key: Tensor, va
         if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scaling)
-        outs.append(out.transpose(1, 2).reshape(n * width, *out.shape[1:2], out.shape[-1]))  # (n W, H, D)
+        heads, dim = out.shape[1], out.shape[3]
+        outs.append(out.transpose(1, 2).reshape(n * width, heads, dim))  # (n W, H, D)
     out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (sum n_b W_b, H, D)
     return out.index_select(0, layout.inverse)[None], None  # (1, L, H, D): the real positions, in packed order
 

@@ -153,12 +153,14 @@ class GeneratorProcess:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(5.0)
-        self.results.put(("closed", None))  # ends the reader thread (one stuck on a dead sender ends by itself)
+        self._stop_reader.set()  # the reader ends at its next poll (nothing is put on `results` from here:
+        # its write lock is shared with the worker, which may have died holding it)
 
     def _start_reader(self) -> None:
         """The thread that moves the worker's messages from ``results`` to ``_inbox`` (:func:`_read`)."""
         self._inbox: queue.Queue = queue.Queue()
-        threading.Thread(target=_read, args=(self.results, self._inbox), daemon=True,
+        self._stop_reader = threading.Event()
+        threading.Thread(target=_read, args=(self.results, self._inbox, self._stop_reader), daemon=True,
                          name="rlvr-generator-reader").start()
 
     def _expect(self, kind: str, timeout_s: float | None = None) -> Any:
@@ -190,16 +192,17 @@ class GeneratorProcess:
             return msg
 
 
-def _read(results: Any, inbox: queue.Queue) -> None:
-    """The reader thread: the worker's messages from ``results`` into ``inbox``, in order; a message
-    that cannot be read (its sender died with it in transit) ends the thread as an ``unreadable`` one.
-    Blocking here is harmless: the trainer waits on ``inbox`` with its timeout."""
-    while True:
+def _read(results: Any, inbox: queue.Queue, stop: threading.Event) -> None:
+    """The reader thread: the worker's messages from ``results`` into ``inbox``, in order, until
+    ``stop`` is set; a message that cannot be read (its sender died with it in transit) ends the
+    thread as an ``unreadable`` one. Blocking in a read is harmless: the trainer waits on ``inbox``
+    with its timeout, and the thread is a daemon (a read stuck on a frozen sender is abandoned)."""
+    while not stop.is_set():
         try:
-            msg = results.get()
+            msg = results.get(timeout=_POLL_S)
+        except queue.Empty:
+            continue
         except Exception as err:  # OSError, EOFError, a message cut short by its dying sender
             inbox.put(("unreadable", f"{type(err).__name__}: {err}"))
-            return
-        if msg[0] == "closed":
             return
         inbox.put(msg)

@@ -11,6 +11,7 @@ timeout instead of waiting on the pipe for ever.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import threading
 import time
@@ -23,16 +24,16 @@ from rlvr.rollout.generator import GeneratorError, GeneratorProcess
 
 
 class _Queue:
-    """A results queue whose ``get`` raises ``error``, or has nothing (blocks until the test ends)."""
+    """A results queue whose ``get`` raises ``error``, or has nothing."""
 
     def __init__(self, error: BaseException | None) -> None:
-        self.error, self.never = error, threading.Event()
+        self.error = error
 
-    def get(self) -> tuple:
+    def get(self, timeout: float) -> tuple:
         if self.error is not None:
             raise self.error
-        self.never.wait(30.0)
-        return ("closed", None)
+        time.sleep(timeout)
+        raise queue.Empty
 
 
 class _Proc:
@@ -45,10 +46,21 @@ class _Proc:
         return self.alive
 
 
+_HANDLES: list[GeneratorProcess] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_readers():
+    yield
+    while _HANDLES:
+        _HANDLES.pop()._stop_reader.set()
+
+
 def _handle(error: BaseException | None, alive: bool) -> GeneratorProcess:
     handle = object.__new__(GeneratorProcess)  # no worker is started: only the receiving side is tested
     handle.results, handle.proc, handle.timeout_s = _Queue(error), _Proc(alive), 0.5
     handle._start_reader()
+    _HANDLES.append(handle)
     return handle
 
 
@@ -60,7 +72,6 @@ def test_a_message_unreadable_because_its_sender_died_is_a_generator_error(error
 
 
 def test_a_dead_worker_with_nothing_in_the_queue_is_reported_with_its_exit_code():
-    time.sleep(0.05)  # the reader thread is blocked in get(), as on an empty pipe
     with pytest.raises(GeneratorError, match="died with exit code -9"):
         _handle(None, alive=False)._next()
 
@@ -86,7 +97,6 @@ def test_a_worker_frozen_with_a_batch_in_transit_reads_as_hanging_not_as_a_stuck
     proc.start()
     handle = object.__new__(GeneratorProcess)
     handle.results, handle.proc, handle.timeout_s = results, proc, 2.0
-    handle._start_reader()
     outcome: list[BaseException] = []
 
     def wait():
@@ -100,11 +110,14 @@ def test_a_worker_frozen_with_a_batch_in_transit_reads_as_hanging_not_as_a_stuck
         while time.monotonic() < deadline and not _stopped(proc.pid):
             time.sleep(0.05)
         assert _stopped(proc.pid), "the worker did not freeze itself"
+        handle._start_reader()  # only now: the message is in the pipe and its sender is frozen
         waiter.start()
         waiter.join(30.0)
         assert not waiter.is_alive(), "the trainer is stuck reading a frozen worker's message"
         assert len(outcome) == 1 and isinstance(outcome[0], GeneratorError) and "hangs" in str(outcome[0])
     finally:
+        if hasattr(handle, "_stop_reader"):
+            handle._stop_reader.set()
         proc.kill()
         proc.join(5.0)
 

@@ -78,6 +78,21 @@ def test_lean_logits_equal_the_models_forward(kind, kv_heads, drop_after):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
+def test_large_models_keep_separate_matmuls_with_the_same_logits(monkeypatch):
+    """Above JOIN_MAX_BYTES the decoder keeps q/k/v and gate/up as separate matmuls (no joined copy)."""
+    import rlvr.rollout.engines.lean as lean
+    monkeypatch.setattr(lean, "JOIN_MAX_BYTES", 0)
+    model = _model("qwen2", 2)
+    ids, mask, pos = _prompts()
+    decoder = LeanDecoder(model, ids.shape[1] + 5)
+    assert decoder.qkv == [None, None] and decoder.gate_up == [None, None]
+    with torch.no_grad():
+        lean_out = _teacher_forced(decoder, ids, mask, pos, drop_after=2)
+        ref = _teacher_forced(ModelSteps(model), ids, mask, pos, drop_after=2)
+    for a, b in zip(lean_out, ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 def test_lean_logits_under_bf16_autocast():
     model = _model("llama", 2)
     ids, mask, pos = _prompts()

@@ -3,10 +3,11 @@
 transformers' forward builds a 4-D mask, walks a cache object and passes through several wrapper
 layers on every call; for the small models of this testbed that machinery costs more than the
 arithmetic of a decode step. :class:`LeanDecoder` computes the same decoder with the model's own
-weights and rotary embedding, straight tensor calls (q/k/v and gate/up each as one matmul over the
-weights joined), and a preallocated KV cache. On the models it accepts, its logits equal the model's
-forward within float rounding (the same products and sums; tests/unit/rollout/test_lean_decoder.py
-checks Llama and Qwen2 with left padding, grouped-query heads, dropped rows and bf16 autocast). Anything else — another architecture, a sliding window,
+weights and rotary embedding, straight tensor calls (on small models q/k/v and gate/up each as one
+matmul over the weights joined), and a preallocated KV cache. On the models it accepts, its logits
+equal the model's forward within float rounding (the same products and sums;
+tests/unit/rollout/test_lean_decoder.py checks Llama and Qwen2 with left padding, grouped-query heads,
+dropped rows and bf16 autocast). Anything else — another architecture, a sliding window,
 an attention implementation other than sdpa or eager, a wrapped linear (LoRA, quantised), hooks on
 the decoder (sharded parameters) — is refused with the reason, and the engine uses the model's
 forward (``lean_refusal``).
@@ -24,6 +25,7 @@ from torch import Tensor, nn
 from rlvr.models.rowwise_attention import ROWWISE_SDPA
 
 _ARCHS = {"llama", "qwen2"}
+JOIN_MAX_BYTES = 64 << 20  # decoder layers up to this size get joined q/k/v and gate/up matmuls
 _LAYER = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
 _ATTN = {"q_proj", "k_proj", "v_proj", "o_proj"}
 _MLP = {"gate_proj", "up_proj", "down_proj", "act_fn"}
@@ -98,11 +100,13 @@ class LeanDecoder:
     def __init__(self, model: nn.Module, max_len: int) -> None:
         self.model, self.inner, self.max_len = model, model.model, max_len
         self.layers = list(self.inner.layers)
-        # Per layer, q/k/v and gate/up as one matmul each (the weights as they are now: one decoder
-        # serves one generation call): fewer, larger calls for the same products.
-        self.qkv = [_joined(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
-                    for layer in self.layers]
-        self.gate_up = [_joined(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.layers]
+        # On small models, per layer q/k/v and gate/up as one matmul each (the weights as they are now:
+        # one decoder serves one generation call): fewer calls where per-call overhead dominates. Large
+        # models keep separate matmuls rather than hold a joined copy of their weights.
+        join = sum(p.numel() * p.element_size() for p in self.inner.layers.parameters()) <= JOIN_MAX_BYTES
+        self.qkv = [_joined(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) if join
+                    else None for layer in self.layers]
+        self.gate_up = [_joined(layer.mlp.gate_proj, layer.mlp.up_proj) if join else None for layer in self.layers]
         self.keys: Tensor | None = None  # (L, B, H_kv, max_len, D), allocated at prefill (the K/V dtype)
         self.values: Tensor | None = None
         self.length = 0  # positions filled
@@ -135,7 +139,10 @@ class LeanDecoder:
             x = x + self._attention(i, layer.self_attn, _rms(x, layer.input_layernorm), cos, sin, mask, start, end)
             h = _rms(x, layer.post_attention_layernorm)
             mlp = layer.mlp
-            gate, up = F.linear(h, *self.gate_up[i]).chunk(2, dim=-1)  # (B, S, I) each
+            if self.gate_up[i] is not None:
+                gate, up = F.linear(h, *self.gate_up[i]).chunk(2, dim=-1)  # (B, S, I) each
+            else:
+                gate, up = (F.linear(h, m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj))
             x = x + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         self.length = end
         return self.model.lm_head(_rms(x[:, -1:], self.inner.norm))[:, -1]  # a module call: its hooks fire
@@ -144,7 +151,11 @@ class LeanDecoder:
                    start: int, end: int) -> Tensor:
         b, s, _ = h.shape
         heads = attn.q_proj.out_features // attn.head_dim
-        qkv = F.linear(h, *self.qkv[i]).view(b, s, -1, attn.head_dim).transpose(1, 2)  # (B, H + 2 H_kv, S, D)
+        if self.qkv[i] is not None:
+            qkv = F.linear(h, *self.qkv[i])
+        else:
+            qkv = torch.cat([F.linear(h, m.weight, m.bias) for m in (attn.q_proj, attn.k_proj, attn.v_proj)], -1)
+        qkv = qkv.view(b, s, -1, attn.head_dim).transpose(1, 2)  # (B, H + 2 H_kv, S, D)
         kv = (qkv.shape[1] - heads) // 2
         qk = _rotate(qkv[:, :heads + kv], cos, sin)  # queries and keys rotated in one pass
         q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv:]  # (B, H, S, D), (B, H_kv, S, D) x 2
