@@ -106,13 +106,19 @@ class RowLayout:
         return RowLayout(tuple(takes), tuple(shapes), inverse)
 
 
+def has_sliding_window(config: object) -> bool:
+    """Whether a transformers config gives any layer a sliding window (``use_sliding_window``, or a
+    ``layer_types`` entry other than full attention)."""
+    layer_types = getattr(config, "layer_types", None) or []
+    return bool(getattr(config, "use_sliding_window", False)) or any(t != "full_attention" for t in layer_types)
+
+
 def rowwise_refusal(model: torch.nn.Module) -> str | None:
     """Why row-wise sdpa would not compute ``model``'s attention exactly (None: it would). It computes
     plain causal attention inside each row: a sliding window, a logit soft-cap or attention sinks
     are something else."""
     config = getattr(model, "config", None)
-    layer_types = getattr(config, "layer_types", None) or []
-    if getattr(config, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
+    if has_sliding_window(config):
         return "sliding-window attention"
     if getattr(config, "attn_logit_softcapping", None):
         return "attention logit soft-capping"

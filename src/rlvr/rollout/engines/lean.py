@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlvr.models.rowwise_attention import ROWWISE_SDPA
+from rlvr.models.rowwise_attention import ROWWISE_SDPA, has_sliding_window
 
 _ARCHS = {"llama", "qwen2"}
 JOIN_MAX_BYTES = 64 << 20  # decoder layers up to this size get joined q/k/v and gate/up matmuls
@@ -38,8 +38,7 @@ def lean_refusal(model: nn.Module) -> str | None:
         return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {sorted(_ARCHS)}"
     if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager", ROWWISE_SDPA):
         return f"attention implementation {getattr(cfg, '_attn_implementation', None)!r}"
-    layer_types = getattr(cfg, "layer_types", None) or []
-    if getattr(cfg, "use_sliding_window", False) or any(t != "full_attention" for t in layer_types):
+    if has_sliding_window(cfg):
         return "sliding-window attention"
     if (getattr(cfg, "pretraining_tp", 1) or 1) != 1:
         return "pretraining_tp > 1"
