@@ -1,7 +1,9 @@
 """Which float results change with the CPU kernel path (what `make test-other-rounding` relies on).
 
-Runs a few ops (a matrix product, softmax, log-softmax, a sum, exp-sum) in fresh interpreters under
-each setting and prints, as JSON, whether their bits equal the native run's:
+Runs a few ops (fp32 and bf16 matrix products, softmax, log-softmax, a sum, exp-sum, bf16 causal
+attention) in fresh interpreters under each setting and prints, as JSON, whether their bits equal the
+native run's (an op that raises under a setting is listed under "raises"). "second configuration" is
+what `make test-other-rounding` sets on this machine (tests/other_rounding.py):
 
     python benchmarks/kernel_paths.py
 """
@@ -17,16 +19,27 @@ PROBE = """
 import hashlib, torch
 torch.manual_seed(0)
 a, b, x = torch.randn(64, 300), torch.randn(300, 77), torch.randn(16, 1000)
-out = {"matmul": a @ b, "softmax": x.softmax(-1), "log_softmax": x.log_softmax(-1), "sum": x.sum(-1),
-       "exp_sum": x.exp().sum()}
+q = torch.randn(2, 4, 37, 32).bfloat16()
+ops = {"matmul": lambda: a @ b, "matmul_bf16": lambda: (a.bfloat16() @ b.bfloat16()).float(),
+       "softmax": lambda: x.softmax(-1), "log_softmax": lambda: x.log_softmax(-1), "sum": lambda: x.sum(-1),
+       "exp_sum": lambda: x.exp().sum(),
+       "sdpa_bf16": lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).float()}
 print(torch.backends.cpu.get_cpu_capability())
-for k, v in out.items():
-    print(k, hashlib.sha256(v.numpy().tobytes()).hexdigest())
+for k, f in ops.items():
+    try:
+        print(k, hashlib.sha256(f().numpy().tobytes()).hexdigest())
+    except RuntimeError:
+        print(k, "raises")
 """
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tests.other_rounding import AVX2_MACHINE, PRE_AVX2_MACHINE, this_machine  # noqa: E402
 
 SETTINGS = {"native": {}, "ATEN_CPU_CAPABILITY=avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
             "ATEN_CPU_CAPABILITY=default": {"ATEN_CPU_CAPABILITY": "default"},
-            "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"}, "MKL_ENABLE_INSTRUCTIONS=AVX2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+            "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"}, "MKL_ENABLE_INSTRUCTIONS=AVX2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+            "an AVX2 machine": AVX2_MACHINE, "a machine before AVX2": PRE_AVX2_MACHINE,
+            "second configuration": this_machine()}
 
 
 def run(extra: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -41,7 +54,9 @@ def main() -> None:
     report = {"native_capability": native_cap, "settings": {}}
     for name, extra in SETTINGS.items():
         cap, got = run(extra)
-        report["settings"][name] = {"capability": cap, "changed": [k for k in native if got[k] != native[k]]}
+        report["settings"][name] = {"env": extra, "capability": cap,
+                                    "changed": [k for k in native if got[k] != native[k] and got[k] != "raises"],
+                                    "raises": [k for k in native if got[k] == "raises"]}
     print(json.dumps(report, indent=1))
 
 

@@ -16,6 +16,7 @@ import yaml
 from rlvr.cli import main
 from rlvr.compare import load_compare
 from rlvr.train.config import ConfigError
+from tests.helpers.procs import kill_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +80,7 @@ def test_killed_comparison_reuses_finished_runs(tmp_path):
     while not first.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert first.exists(), "the first run never finished"
-    os.killpg(proc.pid, signal.SIGKILL)  # kill the comparison and its running child
+    kill_group(proc, signal.SIGKILL)  # kill the comparison and its running child
     proc.wait()
     assert not (out / "results.json").exists()
     stamp = first.stat().st_mtime_ns

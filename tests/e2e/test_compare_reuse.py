@@ -67,20 +67,22 @@ def test_finished_runs_survive_other_jobs_threads_and_a_moved_folder(tmp_path, c
     assert json.loads((moved / "runs" / "grpo" / "seed0" / "summary.json").read_text())["steps"] == 2
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, session: int | None = None) -> bool:
+    """Running (not a zombie) and, with ``session``, still in that session: a pid read from a file
+    may be reused by an unrelated process once its own has ended, and must not be killed then."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()  # state ppid pgrp session ...
+    except FileNotFoundError:
         return False
-    with open(f"/proc/{pid}/stat") as fh:  # a zombie (exited, not yet reaped) is not running
-        return fh.read().split(")")[-1].split()[0] != "Z"
+    return fields[0] != "Z" and (session is None or int(fields[3]) == session)
 
 
 def test_a_terminated_comparison_stops_its_child_run(tmp_path):
     out = tmp_path / "cmp"
     path = _spec(tmp_path, out, steps=100000, warm=0)
     proc = subprocess.Popen([sys.executable, "-m", "rlvr", "compare", str(path)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lock = out / "runs" / "grpo" / "seed0" / ".lock"
     child = None
     try:
@@ -94,11 +96,12 @@ def test_a_terminated_comparison_stops_its_child_run(tmp_path):
         assert proc.returncode == 130 and "Traceback" not in err
         assert "rlvr compare: interrupted" in err
         deadline = time.time() + 30
-        while _alive(child) and time.time() < deadline:
+        while _alive(child, session=proc.pid) and time.time() < deadline:
             time.sleep(0.2)
-        assert not _alive(child), "the child `rlvr train` kept running"
-    finally:  # never leave a 100000-step run behind, whatever failed
-        for pid in (proc.pid, child):
-            if pid is not None and _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        assert not _alive(child, session=proc.pid), "the child `rlvr train` kept running"
+    finally:  # never leave a 100000-step run behind, whatever failed -- and kill nothing else
+        if proc.poll() is None:  # not reaped yet: its pid is still ours
+            os.kill(proc.pid, signal.SIGKILL)
+        if child is not None and _alive(child, session=proc.pid):  # a live member keeps the session id ours
+            os.kill(child, signal.SIGKILL)
         proc.wait()

@@ -25,6 +25,7 @@ from rlvr.models.real import Size, make_example
 from rlvr.rollout import generate, sequence_logprobs
 from rlvr.rollout.engines.base import existing_engine
 from rlvr.rollout.engines.vllm_server import EXTENSION
+from tests.helpers.procs import kill_group
 
 TOLERANCE = 1e-2  # the colocated engine's test (tests/unit/rollout/test_vllm_engine.py) allows the same gap
 HEAD_DIM_64 = Size(hidden=128, layers=2, heads=2, kv_heads=1, intermediate=256)  # vLLM's CPU kernels want 64
@@ -76,11 +77,11 @@ def served(tmp_path_factory):
         _wait_until_up(url, proc, log)
         yield url, model_dir
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the API server and its engine-core process
+        kill_group(proc, signal.SIGTERM)  # the API server and its engine-core process
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc, signal.SIGKILL)
             proc.wait()
 
 

@@ -107,11 +107,10 @@ def run_program(job: dict[str, Any], limits: Limits) -> RunResult:
         pass
     out = RunResult()
     try:
-        raw, out.killed, waited = _collect(proc, read_end, limits, start)
+        raw, out.killed = _collect(proc, read_end, limits, start)
     finally:
         os.close(read_end)
-        out.status = _end(proc, waited)
-        out.swept, out.leftover = sweep(proc.pid)
+        out.status, out.swept, out.leftover = _end(proc)
         shutil.rmtree(base, ignore_errors=True)
     out.wall_s = time.monotonic() - start
     out.stdout, out.stderr = raw["stdout"], raw["stderr"]
@@ -128,9 +127,10 @@ def _start(work: str, result_fd: int, limits: Limits) -> subprocess.Popen:
 
 
 def _collect(proc: subprocess.Popen, result_fd: int, limits: Limits,
-             start: float) -> tuple[dict[str, bytes], str | None, tuple | None]:
+             start: float) -> tuple[dict[str, bytes], str | None]:
     """Read stdout, stderr and results until they close, the first process exits, the wall clock
-    runs out or a stream passes its cap; returns (bytes by stream, kill reason, wait4 result)."""
+    runs out or a stream passes its cap; returns (bytes by stream, kill reason). The first process is
+    never reaped here (``WNOWAIT``): see ``_end``."""
     caps = {"stdout": limits.output_bytes, "stderr": limits.output_bytes,
             "result": 8 * limits.output_bytes + (1 << 20)}  # io outputs travel JSON-escaped
     bufs = {name: bytearray() for name in caps}
@@ -138,23 +138,22 @@ def _collect(proc: subprocess.Popen, result_fd: int, limits: Limits,
     for fd, name in ((proc.stdout.fileno(), "stdout"), (proc.stderr.fileno(), "stderr"), (result_fd, "result")):
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, name)
-    deadline, waited = start + limits.timeout_s, None
+    deadline, exited = start + limits.timeout_s, False
     try:
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                return {k: bytes(v) for k, v in bufs.items()}, "timeout", waited
+                return {k: bytes(v) for k, v in bufs.items()}, "timeout"
             ready = sel.select(min(left, 0.05))
             if _read_ready(sel, ready, bufs, caps):
-                return {k: bytes(v) for k, v in bufs.items()}, "output_limit", waited
-            if waited is None:
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                waited = (status, usage) if pid else None
+                return {k: bytes(v) for k, v in bufs.items()}, "output_limit"
+            if not exited:
+                exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
             elif not ready:  # the first process is gone and nothing more arrives: descendants hold the pipes
                 break
     finally:
         sel.close()
-    return {k: bytes(v) for k, v in bufs.items()}, None, waited
+    return {k: bytes(v) for k, v in bufs.items()}, None
 
 
 def _read_ready(sel: selectors.BaseSelector, ready: list, bufs: dict[str, bytearray], caps: dict[str, int]) -> bool:
@@ -174,27 +173,31 @@ def _read_ready(sel: selectors.BaseSelector, ready: list, bufs: dict[str, bytear
     return False
 
 
-def _end(proc: subprocess.Popen, waited: tuple | None) -> int:
-    """Kill the process group, reap the first process; its exit status (negative: killed by that
-    signal). Its peak memory comes from the child's own "done" record (``peak_mb``, VmHWM): the
-    kernel's ``ru_maxrss`` would include the parent's memory at fork time."""
+def _end(proc: subprocess.Popen) -> tuple[int, int, int]:
+    """Kill the process group, sweep its session, then reap the first process; (its exit status,
+    negative = killed by that signal; processes the sweep killed; processes left alive).
+
+    The first process stays unreaped (a zombie at worst) until the group kill and the sweep are done:
+    its pid is the group's and the session's id, and only while it is unreaped can that number not be
+    handed to an unrelated process that the kill-by-number would then hit (pid_max is 32768 on many
+    machines, so numbers come round within one test suite). Its peak memory comes from the child's own
+    "done" record (``peak_mb``, VmHWM): the kernel's ``ru_maxrss`` would include the parent's memory at
+    fork time."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if waited is None:
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-            waited = (status, usage)
-        except ChildProcessError:
-            waited = (0, None)
-    status, _ = waited
+    swept, leftover = sweep(proc.pid)
+    try:
+        _, status = os.waitpid(proc.pid, 0)
+    except ChildProcessError:
+        status = 0
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     proc.returncode = code  # reaped here: Popen must not wait for it again
     for stream in (proc.stdout, proc.stderr, proc.stdin):
         if stream is not None and not stream.closed:
             stream.close()
-    return code
+    return code, swept, leftover
 
 
 def sweep(session: int, tries: int = 50) -> tuple[int, int]:

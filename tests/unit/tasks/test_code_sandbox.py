@@ -136,3 +136,31 @@ def test_children_in_their_own_session_die_with_the_program(tmp_path):
         time.sleep(0.05)
     assert sandbox_processes(tmp_path) == []
 
+
+
+@pytest.mark.parametrize("source", ["x = 1\n", "while True:\n    pass\n"], ids=["exits", "killed_at_timeout"])
+def test_the_group_kill_and_sweep_run_while_the_program_is_unreaped(tmp_path, monkeypatch, source):
+    """The sandbox kills by number (the program's pid is its group's and session's id). Once the program
+    is reaped, that number can be handed to any new process -- pid_max is 32768 here, so numbers come
+    round within a test suite -- and a late group kill or sweep would hit it. So both must run while the
+    program is still unreaped: alive, or a zombie holding its number."""
+    from rlvr.tasks import sandbox
+
+    seen = []
+
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    real_killpg, real_sweep = os.killpg, sandbox.sweep
+    monkeypatch.setattr(sandbox.os, "killpg", lambda pid, sig: (seen.append(("killpg", state(pid))),
+                                                                real_killpg(pid, sig)))
+    monkeypatch.setattr(sandbox, "sweep", lambda pid: (seen.append(("sweep", state(pid))), real_sweep(pid))[1])
+    limits = sandbox.Limits(work_root=str(tmp_path), timeout_s=1.0)
+    run = sandbox.run_program({"mode": "assert", "source": source, "tests": ["assert True"]}, limits)
+    assert [name for name, _ in seen] == ["killpg", "sweep"]
+    assert all(st != "gone" for _, st in seen), seen  # the number was still the program's
+    assert run.leftover == 0
