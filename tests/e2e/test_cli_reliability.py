@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
 import pytest
 import yaml
-from safetensors import SafetensorError
 
 from rlvr.cli import main
 from rlvr.train import checkpoint as ckpt
@@ -47,7 +47,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_the_earlier_checkpoint_stays(
     def full_disk(tensors, path, *args, **kwargs):
         writes["n"] += 1
         if writes["n"] > 2:  # step 1 (model + optimizer) is written; step 2 finds the disk full
-            raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(tensors, path, *args, **kwargs)
     monkeypatch.setattr(ckpt, "save_file", full_disk)
     assert main(["train", _config(tmp_path, out, steps=2, save_every=1)]) == 2

@@ -14,6 +14,7 @@ newest intact checkpoint, naming each one it skipped and why (see ``verify_check
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -24,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from rlvr.notice import notice
+from rlvr.train.tensor_file import save_file
 
 
 Extra = dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]  # name -> (module, its optimizer)
@@ -56,13 +58,12 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: O
     tmp = make_temp_dir(root, f".tmp_step_{step:06d}_")
     try:
         weights = model if isinstance(model, dict) else policy_state_dict(model)
-        _save_file(_untie(_detached(weights)), tmp / "model.safetensors")
+        _save_file(_detached(weights), tmp / "model.safetensors")
         opt_tensors, opt_meta = _flatten_optimizer(optimizer) if optimizer is not None else ({}, None)
         _save_file(opt_tensors, tmp / "optimizer.safetensors")
         extra_meta = {}
         for name, (module, opt) in (extras or {}).items():
-            _save_file(_untie(_detached(module if isinstance(module, dict) else module.state_dict())),
-                       tmp / f"{name}.safetensors")
+            _save_file(_detached(module if isinstance(module, dict) else module.state_dict()), tmp / f"{name}.safetensors")
             tensors, extra_meta[name] = _flatten_optimizer(opt)
             _save_file(tensors, tmp / f"{name}_optimizer.safetensors")
         _write_json(tmp / "state.json", {"step": step, "format": FORMAT, "optimizer": opt_meta,
@@ -88,13 +89,13 @@ def make_temp_dir(parent: Path, prefix: str) -> Path:
 
 
 def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """``save_file``; its own error type (e.g. on a full disk) becomes a one-line ``CheckpointError``."""
+    """``save_file``; a full disk (or quota) becomes a one-line ``CheckpointError``."""
     try:
         save_file(tensors, str(path))
-    except Exception as err:  # noqa: BLE001 — safetensors raises SafetensorError, not OSError
-        if isinstance(err, OSError) or type(err).__name__ != "SafetensorError":
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        raise CheckpointError(f"could not write {path.name} in {path.parent}: {err} (is the disk full?); "
+        raise CheckpointError(f"could not write {path.name} in {path.parent}: {err.strerror} (is the disk full?); "
                               f"the checkpoints saved before are intact") from None
 
 
@@ -118,7 +119,7 @@ def save_weights(folder: str | Path, model: Weights) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "model.safetensors.tmp"
-    _save_file(_untie(_detached(model if isinstance(model, dict) else model.state_dict())), tmp)
+    _save_file(_detached(model if isinstance(model, dict) else model.state_dict()), tmp)
     os.replace(tmp, folder / "model.safetensors")
     return folder
 
@@ -279,20 +280,11 @@ def _ptr(tensor: torch.Tensor) -> int:
 
 
 def _detached(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.detach().contiguous().clone() for k, v in weights.items()}
-
-
-def _untie(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses shared storage; tied embeddings are stored once, re-tied on load."""
-    seen: dict[int, str] = {}
-    out = {}
-    for key, value in weights.items():
-        ptr = value.data_ptr()
-        if ptr in seen:
-            continue
-        seen[ptr] = key
-        out[key] = value
-    return out
+    """The tensors as they are, out of autograd: no copy. ``save_file`` (``rlvr.train.tensor_file``) writes
+    them one at a time, copying to the host only a tensor that lives on a device, so a save never holds a
+    clone of the model or of the optimizer state. Tied tensors are written under each name (the loader
+    accepts either)."""
+    return {k: v.detach() for k, v in weights.items()}
 
 
 def _flatten_optimizer(optimizer: OptimState) -> tuple[dict[str, torch.Tensor], dict]:
@@ -301,7 +293,7 @@ def _flatten_optimizer(optimizer: OptimState) -> tuple[dict[str, torch.Tensor], 
     for pid, pstate in sd["state"].items():
         for name, value in pstate.items():
             if isinstance(value, torch.Tensor):
-                tensors[f"{pid}.{name}"] = value.detach().contiguous().clone()
+                tensors[f"{pid}.{name}"] = value.detach()
             else:
                 scalars[f"{pid}.{name}"] = value
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
