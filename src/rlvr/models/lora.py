@@ -104,12 +104,17 @@ def reference_of(policy: torch.nn.Module) -> AdapterDisabled:
 
 def named_merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in the base model's Hugging Face naming with the adapter merged in
-    (``W + (alpha/r) B A``, layer by layer, no copy of the model): what a weight sync to vLLM sends."""
+    (``W + (alpha/r) B A``): what a weight sync to vLLM sends. One tensor at a time: each adapted
+    weight's delta is made only when its turn comes, so a consumer that keeps nothing holds one merged
+    tensor, never a copy of every adapted weight at once."""
     base = getattr(model, "module", model).get_base_model()
-    deltas = {f"{name}.base_layer.weight": module.get_delta_weight(module.active_adapters[0])
-              for name, module in base.named_modules()
-              if hasattr(module, "get_delta_weight") and module.active_adapters[0] in getattr(module, "lora_A", {})}
+    adapted = {f"{name}.base_layer.weight": module for name, module in base.named_modules()
+               if hasattr(module, "get_delta_weight") and module.active_adapters[0] in getattr(module, "lora_A", {})}
     for key, tensor in base.state_dict().items():
-        if ".lora_" not in key:
-            value = tensor.detach() + deltas[key].to(tensor.dtype) if key in deltas else tensor.detach()
-            yield key.replace(".base_layer.", "."), value
+        if ".lora_" in key:
+            continue
+        value = tensor.detach()
+        module = adapted.get(key)
+        if module is not None:
+            value = value + module.get_delta_weight(module.active_adapters[0]).to(value.dtype)
+        yield key.replace(".base_layer.", "."), value
