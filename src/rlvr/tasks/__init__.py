@@ -7,6 +7,7 @@ from rlvr.tasks.verify import verify_all
 from rlvr.tasks import arithmetic, countdown, dataset  # noqa: F401  (registers the tasks)
 from rlvr.tasks import chess_puzzles  # noqa: F401  (registers chess_puzzles; python-chess is imported on use)
 from rlvr.tasks import code_synthesis  # noqa: F401  (registers code_synthesis; verified in the sandbox)
+from rlvr.tasks import rgym  # noqa: F401  (registers reasoning_gym; the package is imported on use)
 from rlvr.tasks.arithmetic import Arithmetic
 from rlvr.tasks.countdown import Countdown
 from rlvr.tasks.dataset import Dataset, read_table
