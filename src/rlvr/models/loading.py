@@ -1,4 +1,4 @@
-"""Load any local Hugging Face checkpoint (Qwen, Llama, our tiny models) by path; render prompts."""
+"""Load any local Hugging Face checkpoint (Qwen, Llama, our tiny models) or GGUF file by path; render prompts."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers import PreTrainedTokenizerFast
 
+from rlvr.models.gguf import is_gguf, load_gguf_model, load_gguf_tokenizer
 from rlvr.models.tokenizer import CHAR_TOKENIZER_MARK
 from rlvr.types import Problem
 
 
 def load_model(path: str | Path, dtype: torch.dtype | str = "auto", **kwargs: Any) -> PreTrainedModel:
-    """``AutoModelForCausalLM.from_pretrained`` on a local folder (never downloads)."""
+    """``AutoModelForCausalLM.from_pretrained`` on a local folder (never downloads); a ``.gguf`` file
+    is read and dequantised (rlvr.models.gguf)."""
+    if is_gguf(path):
+        return load_gguf_model(path, dtype, **kwargs)
     _check_folder(path, "config.json")
     return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True, **kwargs)
 
@@ -24,11 +28,12 @@ def load_tokenizer(path: str | Path, **kwargs: Any) -> PreTrainedTokenizerBase:
     """Our char tokenizer loads as ``PreTrainedTokenizerFast`` straight from tokenizer.json (an
     ``AutoTokenizer`` keyed on the model type could rebuild it and, e.g. for qwen2, drop spaces);
     any other tokenizer goes through ``AutoTokenizer``. A tokenizer without a pad token gets the
-    eos token as pad (generation pads prompts on the left)."""
-    folder = _check_folder(path, None)
+    eos token as pad (generation pads prompts on the left). A ``.gguf`` file gives the tokenizer
+    its metadata describes."""
+    tok = load_gguf_tokenizer(path, **kwargs) if is_gguf(path) else None
+    folder = Path(path) if tok is not None else _check_folder(path, None)
     config_file = folder / "tokenizer_config.json"
-    tok = None
-    if config_file.is_file() and (folder / "tokenizer.json").is_file():
+    if tok is None and config_file.is_file() and (folder / "tokenizer.json").is_file():
         config = json.loads(config_file.read_text())
         if config.get("rlvr_tokenizer") == CHAR_TOKENIZER_MARK:
             tok = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True, **kwargs)
