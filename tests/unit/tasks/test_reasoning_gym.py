@@ -201,3 +201,16 @@ def test_lenient_checkers_do_not_pay_wrong_replies(name, reply_of):
         assert task.verify(p, task.demonstration(p)).value == 1.0
         checked += 1
     assert checked >= 5
+
+
+def test_a_verifier_pool_scores_as_in_process():
+    from rlvr.tasks.pool import verifier_pool
+
+    task = task_for("chain_sum")
+    problems = [task.problem(i) for i in range(ENTRIES)] * 3
+    texts = [task.demonstration(p) if i % 3 else "<answer>-1.5</answer>" for i, p in enumerate(problems)]
+    texts[1] = "no tags"
+    serial = [task.verify(p, t) for p, t in zip(problems, texts)]
+    with verifier_pool(1) as pool:
+        pooled = verify_all(task, problems, texts, timeout_s=30, pool=pool)
+    assert pooled == serial and [s.value for s in pooled] == [0.0, 0.0, 1.0, 0.0, 1.0, 1.0]
