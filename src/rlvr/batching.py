@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from rlvr.packing import packed_lengths, plan_token_budget
-from rlvr.types import TOKEN_FIELDS, BatchError, Rollouts
+from rlvr.types import LIST_FIELDS, TOKEN_FIELDS, BatchError, Rollouts
 
 # Prompts (the policy's and the critic's view) are left-padded, everything (N, T[, ...]) right-padded.
 _LEFT_PADDED = ("prompt_ids", "prompt_mask", "value_prompt_ids", "value_prompt_mask")
@@ -33,8 +33,8 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
             kwargs[f.name] = _cat(values, f.name, pad_id)
         elif any(isinstance(v, Tensor) for v in values):
             raise BatchError(f"concat_rollouts: field '{f.name}' is set in some batches and missing in others")
-        elif f.name in ("problems", "texts"):
-            kwargs[f.name] = [x for v in values for x in v]
+        elif f.name in ("problems", *LIST_FIELDS):
+            kwargs[f.name] = _join(values, [r.num_rows for r in parts], f.name)
         elif f.name == "row_stats":
             names = set(values[0])
             if any(set(v) != names for v in values):
@@ -45,6 +45,15 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         else:
             kwargs[f.name] = values[0]
     return Rollouts(**kwargs)
+
+
+def _join(values: list[list], rows: list[int], name: str) -> list:
+    """The parts' per-row lists end to end (N,); a list present in some parts with rows and not in others
+    would leave the joined one misaligned."""
+    present = [bool(v) for v, n in zip(values, rows) if n]
+    if any(present) and not all(present):
+        raise BatchError(f"concat_rollouts: field '{name}' is set in some batches and missing in others")
+    return [x for v in values for x in v]
 
 
 def _cat(values: list[Tensor], name: str, pad_id: int) -> Tensor:

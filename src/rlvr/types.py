@@ -82,6 +82,10 @@ class Rollouts:
     values: Tensor | None = None  # (N, T) optional critic values
     advantages: Tensor | None = None  # (N, T)
     texts: list[str] = field(default_factory=list)  # (N,) decoded completions
+    parsed: list[str | None] = field(default_factory=list)  # (N,) the answer the verifier extracted from
+    # each row (None = none), [] before verification; read by the label-free shapers
+    verifier_errors: list[str] = field(default_factory=list)  # (N,) why the verifier (or a reward
+    # function) failed on a row, "" = it did not; [] before verification
     # Per-row structure and intermediate results of later stages (None when absent); ``select`` slices
     # them with the rest, so a filter or refill round never leaves them misaligned.
     plan_ids: Tensor | None = None  # (N,) long: the plan a row executes, nested in group_ids (multi_turn)
@@ -98,9 +102,9 @@ class Rollouts:
     returns: Tensor | None = None  # (N, T) value targets: the estimator's returns or Monte-Carlo
     answer_mask: Tensor | None = None  # (N, T) bool answer-span tokens (the answer_mask weighting)
     row_stats: dict[str, Tensor] = field(default_factory=dict)  # name -> (N,) per-row numbers shapers
-    # and filters compute and pass on (consensus strength, target confidence, contrast)
+    # and filters compute and pass on (consensus strength, target confidence, contrast, stated confidence)
     meta: dict[str, Any] = field(default_factory=dict)  # per-batch extras that are not per row:
-    # metrics dicts, notes, counts (``check_meta``: never a tensor)
+    # metrics dicts (``METRICS_KEY``), notes, counts (``check_meta``: never a tensor or a per-row list)
 
     def __post_init__(self) -> None:
         n, t = check_mask(self.completion_mask, "completion_mask")
@@ -116,6 +120,10 @@ class Rollouts:
             value = getattr(self, name)
             if value is not None:
                 check_shape(value, (n,), name)
+        for name in LIST_FIELDS:
+            value = getattr(self, name)
+            if value and len(value) != n:
+                raise BatchError(f"{name} has {len(value)} entries for {n} rows (one per row, or none)")
         for name, value in self.row_stats.items():
             check_shape(value, (n,), f"row_stats['{name}']")
         if self.hidden is not None and (self.hidden.dim() != 3 or tuple(self.hidden.shape[:2]) != (n, t)):
@@ -154,7 +162,7 @@ class Rollouts:
             value = getattr(self, f.name)
             if isinstance(value, Tensor):
                 kwargs[f.name] = value[rows]
-            elif f.name in ("problems", "texts") and value:
+            elif f.name in ("problems", *LIST_FIELDS) and value:
                 kwargs[f.name] = [value[i] for i in rows.tolist()]
             elif f.name == "row_stats":
                 kwargs[f.name] = {k: v[rows.to(v.device)] for k, v in value.items()}
@@ -169,6 +177,14 @@ TOKEN_FIELDS = ("completion_attention", "rollout_logprobs", "old_logprobs", "ref
                 "role_mask", "turn_baselines", "old_values", "returns", "answer_mask")
 # Optional per-row fields of ``Rollouts``: (N,).
 ROW_FIELDS = ("plan_ids", "path_rollout", "path_index", "policy_version")
+# Optional per-row lists of ``Rollouts`` (N,), [] when absent: sliced and joined like ``problems``.
+LIST_FIELDS = ("texts", "parsed", "verifier_errors")
+# Per-row lists that once lived in ``Rollouts.meta``, and where each lives now (``check_meta`` names it).
+ROW_DATA_HOMES = {"parsed": "Rollouts.parsed", "verifier_errors": "Rollouts.verifier_errors",
+                  "turn_spans": "the row's episode record, Problem.meta['episode']['spans']",
+                  "turn_scores": "the row's episode record, Problem.meta['episode']['scores']",
+                  "turn_roles": "the row's episode record, Problem.meta['episode']['roles']"}
+METRICS_KEY = "shaper_metrics"  # Rollouts.meta key of the shapers' and filters' metrics (one channel)
 
 
 @dataclass
@@ -303,13 +319,26 @@ def check_value_prompt(ids: Tensor | None, mask: Tensor | None, n: int) -> None:
 
 
 def check_meta(meta: dict[str, Any]) -> None:
-    """``Rollouts.meta`` holds what is not per row (metrics, notes, counts): a tensor there would not be
-    sliced by ``select`` when a filter or refill round changes the rows, so it must be a field."""
+    """``Rollouts.meta`` holds what is not per row (metrics, notes, counts): ``select`` and
+    ``concat_rollouts`` do not slice it when a filter or refill round changes the rows, so a tensor, a
+    dict keyed by row index or one of the per-row lists that have a home of their own
+    (``ROW_DATA_HOMES``) is an error naming the key and where the data belongs."""
     for key, value in meta.items():
         inner = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
         if isinstance(value, Tensor) or any(isinstance(v, Tensor) for v in inner):
             raise BatchError(f"Rollouts.meta['{key}'] holds a tensor; per-row data belongs in a Rollouts field "
                              f"(sliced by select) or in row_stats, never in meta")
+        by_row = isinstance(value, dict) and bool(value) and all(isinstance(k, int) for k in value)
+        if key in ROW_DATA_HOMES or by_row:
+            home = ROW_DATA_HOMES.get(key, "a Rollouts field (sliced by select), row_stats or the row's Problem.meta")
+            raise BatchError(f"Rollouts.meta['{key}'] holds per-row data, which a filter or refill round would "
+                             f"leave misaligned; it belongs in {home}, never in meta")
+
+
+def add_metrics(meta: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
+    """A copy of ``meta`` with ``metrics`` added to its metrics channel (``METRICS_KEY``), which the trainer
+    logs: how shapers and filters report."""
+    return {**meta, METRICS_KEY: {**meta.get(METRICS_KEY, {}), **metrics}}
 
 
 def check_rewards(rewards: Tensor, n: int) -> None:

@@ -155,9 +155,10 @@ def test_sampler_roles_and_plans_feed_d_grpo(tmp_path):
     ctx = SampleContext(tokenizer=tok, rollout=SimpleNamespace(max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0),
                         seed=1)
     batch = sampler.sample(policy, task.problems(2, seed=0), 4, ctx)
-    assert [r for r in batch.meta["turn_roles"][0]] == ["planner", "executor", "executor"]
+    episodes = [p.meta[EPISODE_KEY] for p in batch.problems]  # each row's turns move with the row
+    assert episodes[0]["roles"] == ["planner", "executor", "executor"]
     rewards = torch.tensor([[task.verify(p, t).value] for p, t in zip(batch.problems, batch.texts)])
-    assert rewards[:, 0].tolist() == pytest.approx([s[-1] for s in batch.meta["turn_scores"]])
+    assert rewards[:, 0].tolist() == pytest.approx([ep["scores"][-1] for ep in episodes])
     out = build("advantage", "d_grpo")(AdvantageInputs(rewards=rewards, mask=batch.completion_mask,
                                                        group_ids=batch.group_ids, plan_ids=batch.plan_ids,
                                                        role_mask=batch.role_mask))

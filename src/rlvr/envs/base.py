@@ -22,8 +22,10 @@ Contract:
 
 The trainer verifies a batch with the task (``Task.verify(problem, text)``). The sampler therefore
 gives each row its own copy of the problem with ``problem.meta["episode"]`` = {"reward", "scores",
-"roles", "info"}; a task that backs an environment returns :func:`episode_score` when it is present
-(the episode's reward), and verifies a single-turn completion the ordinary way otherwise (evaluation).
+"roles", "spans", "info"} (per turn: its score, role and (start, end) in the completion; the record
+moves with its row through filters and refills); a task that backs an environment returns
+:func:`episode_score` when it is present (the episode's reward), and verifies a single-turn
+completion the ordinary way otherwise (evaluation).
 
 Environments are plug-ins of the registry kind ``environment`` (``register_env`` / ``build_env``,
 listed by ``rlvr list --kind environment``): a frozen ``Config`` dataclass with ``param`` fields, like

@@ -9,7 +9,7 @@ import torch
 from rlvr.filters.base import BatchFilter
 from rlvr.ops import group_stats
 from rlvr.registry import param, register
-from rlvr.types import BatchError, Rollouts
+from rlvr.types import BatchError, Rollouts, add_metrics
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class LowConfidence(BatchFilter):
     A group's confidence is the mean over its rows (they share one value when a shaper wrote it).
 
     Differs from no filter: whole groups with unreliable targets are removed before the advantage;
-    τ_c = 0 keeps everything (identity). Run it before any other filter (it reads per-row meta).
+    τ_c = 0 keeps everything (identity). Run it before any other filter (it reads per-row stats).
 
     Shapes: Rollouts with N rows → the rows of the kept groups (order preserved). Metrics (added to
     ``meta["shaper_metrics"]``): ``filter/low_confidence_kept_groups``, ``filter/low_confidence_groups``.
@@ -57,5 +57,5 @@ class LowConfidence(BatchFilter):
         out = rollouts.select(rows)
         metrics = {"filter/low_confidence_kept_groups": float(torch.unique(gids[keep]).numel()),
                    "filter/low_confidence_groups": float(torch.unique(gids).numel())}
-        out.meta = {**rollouts.meta, "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}), **metrics}}
+        out.meta = add_metrics(rollouts.meta, metrics)
         return out

@@ -10,7 +10,7 @@ from torch import Tensor
 from rlvr.filters.base import BatchFilter
 from rlvr.ops import group_stats, masked_sum
 from rlvr.registry import param, register
-from rlvr.types import BatchError, Rollouts
+from rlvr.types import BatchError, Rollouts, add_metrics
 
 
 def keep_groups_mask(scores: Tensor, group_ids: Tensor, tol: float = 0.0, ddof: int = 0) -> Tensor:
@@ -48,7 +48,7 @@ class ZeroStd(BatchFilter):
       * a trainer keeps sampling until enough groups survive (see ``keep_groups_mask``).
 
     Shapes: Rollouts with N rows → Rollouts with the rows of the kept groups (order preserved).
-    ``meta['filter/zero_std_kept_groups']`` and ``meta['filter/zero_std_groups']`` count groups.
+    Metrics (added to ``meta["shaper_metrics"]``): ``filter/zero_std_kept_groups``, ``filter/zero_std_groups``.
     """
 
     Config = ZeroStdConfig
@@ -59,9 +59,9 @@ class ZeroStd(BatchFilter):
         scores = self.scores(rollouts)  # (N,)
         keep = keep_groups_mask(scores, rollouts.group_ids, tol=cfg.tol, ddof=cfg.ddof)  # (N,)
         out = rollouts.select(keep.nonzero(as_tuple=True)[0])
-        out.meta = {**rollouts.meta,  # a new dict: select() shares the original's
-                    "filter/zero_std_kept_groups": int(torch.unique(rollouts.group_ids[keep]).numel()),
-                    "filter/zero_std_groups": int(torch.unique(rollouts.group_ids).numel())}
+        out.meta = add_metrics(rollouts.meta, {  # a new dict: select() shares the original's
+            "filter/zero_std_kept_groups": float(torch.unique(rollouts.group_ids[keep]).numel()),
+            "filter/zero_std_groups": float(torch.unique(rollouts.group_ids).numel())})
         return out
 
     def scores(self, rollouts: Rollouts) -> Tensor:

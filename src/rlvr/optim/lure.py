@@ -230,7 +230,6 @@ class LURETrainer(Trainer):
         batch = concat_rollouts([with_origin(p.to(evader.completion_ids.device)) for p in joined],
                                 self.tokenizer.pad_token_id)
         batch.rewards = rewards.to(batch.completion_mask.device)
-        batch.meta = {}  # per-part meta (turn spans) is not row-aligned after joining
         caught = torch.cat(caught_all) if caught_all else torch.zeros(0)
         metrics.update({"reward/mean": caught.mean().item() if caught.numel() else 0.0,
                         "lure/capture_rate": caught.mean().item() if caught.numel() else 0.0,
@@ -276,8 +275,8 @@ class LURETrainer(Trainer):
         """Sets the pursuit batch's rewards (capture) and advantages; returns the captures (N_P,)."""
         episodes = [p.meta[EPISODE_KEY] for p in pursuit.problems]
         captures = [float(ep["info"]["captured"]) for ep in episodes]
-        scores = pursuit.meta["turn_scores"]
-        adv, credits = pursuer_advantages(scores, captures, pursuit.meta["turn_spans"], pursuit.group_ids.tolist(),
+        scores, spans = [ep["scores"] for ep in episodes], [ep["spans"] for ep in episodes]  # per row, per turn
+        adv, credits = pursuer_advantages(scores, captures, spans, pursuit.group_ids.tolist(),
                                           pursuit.completion_mask, ddof=self.lure.ddof, eps=self.lure.eps)
         pursuit.advantages = adv
         caught = torch.tensor(captures)

@@ -54,14 +54,15 @@ def pursuit_heldout(model: torch.nn.Module, tokenizer: Any, envs: dict[str, Lure
         tasks = heldout_tasks(env, tasks_per_level, seed)
         ctx = SampleContext(tokenizer=tokenizer, rollout=rollout, seed=HELDOUT_SEED + k)
         batch = pursuers[name].sample(model, tasks, samples, ctx)  # (len(tasks) * samples) episodes
-        caught = [float(p.meta[EPISODE_KEY]["info"]["captured"]) for p in batch.problems]
+        episodes = [p.meta[EPISODE_KEY] for p in batch.problems]  # each row's own record
+        caught = [float(ep["info"]["captured"]) for ep in episodes]
         out[f"heldout/capture/{name}"] = sum(caught) / len(caught)
         captured += caught
         groups: dict[int, list[float]] = {}
         for g, c in zip(batch.group_ids.tolist(), caught):
             groups.setdefault(g, []).append(c)
         solved += [float(any(cs)) for cs in groups.values()]
-        progress += [max(s) if s else 0.0 for s in batch.meta["turn_scores"]]
+        progress += [max(ep["scores"]) if ep["scores"] else 0.0 for ep in episodes]
     model.train(was_training)
     out.update({"heldout/capture": sum(captured) / len(captured), "heldout/solved": sum(solved) / len(solved),
                 "heldout/progress": sum(progress) / len(progress)})

@@ -10,7 +10,7 @@ from torch import Tensor
 from rlvr.registry import param, register
 from rlvr.rewards.answer import parse_confidence
 from rlvr.rewards.base import RewardShaper
-from rlvr.types import BatchError, Rollouts
+from rlvr.types import BatchError, Rollouts, add_metrics
 
 CALIBRATIONS = ("binary", "continuous")
 MISSING = ("mismatch", "skip")
@@ -85,7 +85,8 @@ class C3RL(RewardShaper):
       * objective 0 becomes R (named ``c3rl``); the verdict is kept as a last objective ``correct``;
       * a completion stating no confidence gets no format credit and, by default, ``R_cal = −β``.
 
-    Shapes: texts (N,), rewards (N, K) → rewards (N, K + 1). Metrics (``meta["shaper_metrics"]``):
+    Shapes: texts (N,), rewards (N, K) → rewards (N, K + 1) and ``row_stats["stated_confidence"]`` (N,)
+    (NaN = none stated). Metrics (``meta["shaper_metrics"]``):
     ``reward/c3rl_mean``, ``reward/c3rl_correct``, ``reward/c3rl_stated_frac``,
     ``reward/c3rl_calibration``, ``reward/c3rl_reference`` and, when any row states one,
     ``reward/c3rl_confidence`` and ``reward/c3rl_brier``.
@@ -101,7 +102,7 @@ class C3RL(RewardShaper):
         parsed = [parse_confidence(t) for t in rollouts.texts]
         stated = torch.tensor([c is not None for c in parsed])  # (N,)
         confidence = torch.tensor([0.0 if c is None else c for c in parsed])  # (N,)
-        answers = rollouts.meta.get("parsed")
+        answers = rollouts.parsed  # (N,) or [] before verification
         answered = torch.tensor([a is not None for a in answers]) if answers and len(answers) == n \
             else torch.ones(n, dtype=torch.bool)
         verdict = rollouts.rewards[:, 0].float()  # (N,)
@@ -112,10 +113,10 @@ class C3RL(RewardShaper):
         rewards[:, 0] = terms["total"].to(rewards.device)
         names = list(rollouts.reward_names) or ["correct"]
         names = ["c3rl", *names[1:], "correct"]
-        meta = {**rollouts.meta, "confidence": parsed,
-                "shaper_metrics": {**rollouts.meta.get("shaper_metrics", {}),
-                                   **_metrics(terms, correct, confidence, stated)}}
-        return replace(rollouts, rewards=rewards, reward_names=names, meta=meta)
+        meta = add_metrics(rollouts.meta, _metrics(terms, correct, confidence, stated))
+        stated_conf = torch.tensor([float("nan") if c is None else c for c in parsed])  # (N,) NaN = none stated
+        return replace(rollouts, rewards=rewards, reward_names=names, meta=meta,
+                       row_stats={**rollouts.row_stats, "stated_confidence": stated_conf})
 
     def _reference(self, rollouts: Rollouts, correct: Tensor) -> tuple[Tensor, Tensor]:
         """(N,) acc_ref and (N,) bool whether the row has one."""

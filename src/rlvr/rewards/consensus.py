@@ -141,12 +141,11 @@ def with_pseudo_reward(rollouts: Rollouts, reward: Tensor, name: str) -> tuple[T
 
 
 def parsed_answers(rollouts: Rollouts, where: str) -> list[str | None]:
-    """The verifier's parsed answers (``meta["parsed"]``, written by the verify stage)."""
-    parsed = rollouts.meta.get("parsed")
-    if parsed is None or len(parsed) != rollouts.num_rows:
-        got = "none" if parsed is None else f"{len(parsed)}"
-        raise BatchError(f"{where}: needs the verifier's parsed answers meta['parsed'] for all "
-                         f"{rollouts.num_rows} rows, got {got} (run it as a shaper after verify)")
+    """The verifier's parsed answers (``Rollouts.parsed`` (N,), written by the verify stage)."""
+    parsed = rollouts.parsed
+    if len(parsed) != rollouts.num_rows:
+        raise BatchError(f"{where}: needs the verifier's parsed answers (Rollouts.parsed) for all "
+                         f"{rollouts.num_rows} rows, got {len(parsed)} (run it as a shaper after verify)")
     return list(parsed)
 
 

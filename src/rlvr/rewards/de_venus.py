@@ -48,7 +48,7 @@ class DEVenus(RewardShaper):
         uid, majority, consensus, contradicts, rewards) are added for the low-confidence filter and
         the supervision state (``selector.observe``).
 
-    Shapes: rewards (N, K) → (N, K); parsed answers (N,) from ``meta["parsed"]``. Metrics:
+    Shapes: rewards (N, K) → (N, K); parsed answers (N,) from ``Rollouts.parsed``. Metrics:
     ``reward/pseudo_frac``, ``reward/target_confidence``, ``reward/corrected_frac``,
     ``reward/contradicted_frac``.
     """

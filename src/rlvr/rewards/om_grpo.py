@@ -138,7 +138,7 @@ class OMGRPO(RewardShaper):
     (``judge_fn``). ``self_certainty`` is the old no-generation rule, kept as an explicit option: the
     rollout with the higher mean token log-prob wins (self-certainty, not a judgement of reasoning).
 
-    Label-free: reads the parsed answers (``meta["parsed"]``), texts and rollout log-probs, never
+    Label-free: reads the parsed answers (``Rollouts.parsed``), texts and rollout log-probs, never
     ``problem.answer`` nor the verdict; the verdict stays as a last, metric-only objective ``correct``.
 
     Differs from TTRL:

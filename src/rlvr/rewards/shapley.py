@@ -116,7 +116,7 @@ class ParallelShapley(RewardShaper):
 
     Input: the ``multi_path`` sampler's batch, one row per path (``Rollouts.path_rollout`` (N,) and
     ``path_index`` (N,), so every token of row i belongs to path ``path_index[i]``), the
-    verifier's per-row verdict in ``rewards[:, column]`` and parsed answers in ``meta["parsed"]``.
+    verifier's per-row verdict in ``rewards[:, column]`` and parsed answers in ``Rollouts.parsed``.
     The path reward goes on every token of its row; GRPO over the group (all paths of all rollouts
     of the prompt) then gives the docs/methods.md §2.20 "GRPO-normalised r_j across the paths of the prompt".
 
@@ -137,11 +137,12 @@ class ParallelShapley(RewardShaper):
 
     def __call__(self, rollouts: Rollouts) -> Rollouts:
         cfg, n = self.config, rollouts.num_rows
-        answers = rollouts.meta.get("parsed")
+        answers = rollouts.parsed  # (N,)
         if rollouts.path_rollout is None or rollouts.path_index is None or rollouts.rewards is None \
-                or answers is None or len(answers) != n:
+                or len(answers) != n:
             raise BatchError("parallel_shapley: needs the multi_path sampler's path_rollout and path_index "
-                             f"(rollout, path per row), verified rewards and meta['parsed'] for all {n} rows")
+                             f"(rollout, path per row), verified rewards and parsed answers (Rollouts.parsed) "
+                             f"for all {n} rows")
         scores = rollouts.rewards[:, cfg.column].float()  # (N,)
         reward = torch.zeros(n)  # (N,)
         phis, outcomes = [], []

@@ -36,7 +36,7 @@ class TTRL(RewardShaper):
     and get 0; a group with no parsed answer has no label (all 0, c = 0). The tie rule is ``ties``
     (not stated in the abstract; ``first`` matches the reference code's ``Counter.most_common``).
 
-    Label-free: the reward reads only the verifier's parsed answers (``meta["parsed"]``), never
+    Label-free: the reward reads only the verifier's parsed answers (``Rollouts.parsed``), never
     ``problem.answer`` nor the verdict. The verdict is kept as a last, metric-only objective
     ``correct`` (0 where a problem has no gold answer).
 

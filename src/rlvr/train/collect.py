@@ -152,17 +152,16 @@ class Collector:
         # configured reward functions (algorithm.rewards) come last, one objective each.
         names = list(dict.fromkeys(k for s in scores for k in s.meta.get("objectives", {})))
         rows = [[s.value] + [float(s.meta.get("objectives", {}).get(k, 0.0)) for k in names] for s in scores]
-        errors = {i: str(s.meta["error"]) for i, s in enumerate(scores) if s.meta.get("error")}
+        errors = [str(s.meta.get("error") or "") for s in scores]  # (N,) "" = verified
         if self.functions:
             extra, fn_errors = score_functions(self.functions, batch.problems, batch.texts,
                                                self.cfg.verify_timeout_s, active_pool())
             rows = [r + e for r, e in zip(rows, extra)]
-            errors = {i: "; ".join(filter(None, (errors.get(i), fn_errors.get(i))))
-                      for i in sorted(set(errors) | set(fn_errors))}
+            errors = ["; ".join(filter(None, (e, fn_errors.get(i)))) for i, e in enumerate(errors)]
         batch.rewards = torch.tensor(rows, dtype=torch.float32, device=batch.completion_mask.device)  # (N, K)
         batch.reward_names = ["correct", *names, *(f.name for f in self.functions)]
-        batch.meta["verifier_errors"] = errors
-        batch.meta["parsed"] = [s.parsed for s in scores]
+        batch.verifier_errors = errors
+        batch.parsed = [s.parsed for s in scores]
 
 
 def _reward_stats(batch: Rollouts) -> dict[str, float]:
@@ -170,7 +169,7 @@ def _reward_stats(batch: Rollouts) -> dict[str, float]:
     lengths = batch.attention.sum(-1).float()
     extra = {f"reward/{name}": batch.rewards[:, k].mean().item() for k, name in enumerate(batch.reward_names) if k}
     return {**extra, "reward/mean": r.mean().item(), "reward/std": r.std().item() if r.numel() > 1 else 0.0,
-            "reward/verifier_errors": float(len(batch.meta.get("verifier_errors", []))),
+            "reward/verifier_errors": float(sum(map(bool, batch.verifier_errors))),
             "rollout/response_length": lengths.mean().item(),
             "rollout/response_length_std": lengths.std().item() if lengths.numel() > 1 else 0.0,
             "rollout/truncated_frac": (lengths >= batch.completion_ids.shape[1]).float().mean().item()}

@@ -49,7 +49,7 @@ from rlvr.train.scorer import Scorer
 from rlvr.train.updater import Updater
 from rlvr.train.validate import context_length, fit_prompts
 from rlvr.train.warm_start import weak_warm_start
-from rlvr.types import AdvantageInputs, Rollouts
+from rlvr.types import METRICS_KEY, AdvantageInputs, Rollouts
 
 
 class Trainer:
@@ -188,7 +188,7 @@ class Trainer:
                 norm = self.updater.normalisers(batch.completion_mask)  # global, as the policy's losses
                 metrics.update(self.critic.update(batch, batch.returns, norm))
                 metrics["critic/warmup"] = float(warm)
-        metrics.update(batch.meta.get("shaper_metrics", {}))
+        metrics.update(batch.meta.get(METRICS_KEY, {}))  # what shapers and filters report
         with self.timer("observe"):
             self.parts["selector"].observe({**feedback, "metrics": metrics})
         metrics.update(self.timer.pop())
@@ -376,16 +376,17 @@ class Trainer:
 def _samples(batch: Rollouts, n: int, tokenizer: Any) -> list[dict[str, Any]]:
     """The first ``n`` rows, plus every row whose verifier failed (with the reason). ``prompt`` is the
     prompt string the model saw (chat template applied); ``problem`` the problem's text when it differs."""
-    errors = batch.meta.get("verifier_errors", {})
+    errors = batch.verifier_errors  # (N,) "" = verified, [] = not verified
+    failed = {i for i, e in enumerate(errors) if e}
     rows = []
-    for i in sorted(set(range(min(n, batch.num_rows))) | set(errors)):
+    for i in sorted(set(range(min(n, batch.num_rows))) | failed):
         problem = batch.problems[i]
         row = {"prompt": render_prompt(tokenizer, problem), "completion": batch.texts[i] if batch.texts else "",
                "reward": batch.rewards[i].tolist() if batch.rewards is not None else None,
                "advantage": _mean_advantage(batch, i)}
         if row["prompt"] != problem.prompt:
             row["problem"] = problem.prompt
-        if i in errors:
+        if i in failed:
             row["verifier_error"] = errors[i]
         rows.append(row)
     return rows

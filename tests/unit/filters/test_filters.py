@@ -21,7 +21,8 @@ def rollouts(rewards, groups, names=("acc",), token_rewards=None) -> Rollouts:
         prompt_ids=torch.zeros(n, 1, dtype=torch.long), prompt_mask=torch.ones(n, 1, dtype=torch.bool),
         completion_ids=torch.arange(2 * n).view(n, 2), completion_mask=mask,
         group_ids=torch.tensor(groups), rewards=r, reward_names=list(names),
-        token_rewards=token_rewards, texts=[f"t{i}" for i in range(n)], meta={"step": 3})
+        token_rewards=token_rewards, texts=[f"t{i}" for i in range(n)], meta={"step": 3},
+        parsed=[f"a{i}" for i in range(n)], verifier_errors=["" if i % 2 else f"e{i}" for i in range(n)])
 
 
 # --- keep_groups_mask -------------------------------------------------------------------------
@@ -57,17 +58,19 @@ def test_zero_std_filter_drops_whole_groups_and_slices_every_field():
     out = build("filter", "zero_std")(batch)
     assert out.group_ids.tolist() == [9, 9, 6]
     assert out.texts == ["t1", "t3", "t4"]
+    assert out.parsed == ["a1", "a3", "a4"] and out.verifier_errors == ["", "", "e4"]  # each row's own
     assert [p.uid for p in out.problems] == ["9", "9", "6"]
     assert torch.equal(out.completion_ids, batch.completion_ids[[1, 3, 4]])
     assert torch.equal(out.rewards, batch.rewards[[1, 3, 4]])
-    assert out.meta["filter/zero_std_kept_groups"] == 2 and out.meta["filter/zero_std_groups"] == 3
-    assert out.meta["step"] == 3 and "filter/zero_std_groups" not in batch.meta  # input untouched
+    m = out.meta["shaper_metrics"]  # the one metrics channel of shapers and filters
+    assert m["filter/zero_std_kept_groups"] == 2 and m["filter/zero_std_groups"] == 3
+    assert out.meta["step"] == 3 and "shaper_metrics" not in batch.meta  # input untouched
     assert batch.num_rows == 5
 
 
 def test_zero_std_filter_can_empty_the_batch():
     out = build("filter", "zero_std")(rollouts([1.0, 1.0, 0.0, 0.0], [0, 0, 1, 1]))
-    assert out.num_rows == 0 and out.meta["filter/zero_std_kept_groups"] == 0
+    assert out.num_rows == 0 and out.meta["shaper_metrics"]["filter/zero_std_kept_groups"] == 0
 
 
 def test_zero_std_filter_reward_column_by_name():

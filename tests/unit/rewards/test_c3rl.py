@@ -84,7 +84,7 @@ def _batch(texts, correct, group_ids, tags=None):
                     prompt_mask=torch.ones(n, 2, dtype=torch.bool), completion_ids=torch.ones(n, 3, dtype=torch.long),
                     completion_mask=torch.ones(n, 3, dtype=torch.bool), group_ids=torch.tensor(group_ids),
                     rewards=torch.tensor([[c, f] for c, f in zip(correct, fmt)]), reward_names=["correct", "format"],
-                    texts=list(texts), meta={"parsed": ["2"] * n})
+                    texts=list(texts), parsed=["2"] * n)
 
 
 def test_shaper_rewrites_objective_zero_and_keeps_the_verdict():
@@ -103,7 +103,8 @@ def test_shaper_rewrites_objective_zero_and_keeps_the_verdict():
     assert m["reward/c3rl_stated_frac"] == 0.75 and m["reward/c3rl_correct"] == 0.5
     # Brier over the 3 stating rows: (0.9-1)^2 + (0.9-0)^2 + (0.1-0)^2 = 0.01 + 0.81 + 0.01 = 0.83; / 3
     assert m["reward/c3rl_brier"] == pytest.approx(0.83 / 3)
-    assert out.meta["confidence"] == [0.9, 0.9, None, pytest.approx(0.1)]
+    assert torch.allclose(out.row_stats["stated_confidence"], torch.tensor([0.9, 0.9, float("nan"), 0.1]),
+                          equal_nan=True)
 
 
 def test_shaper_without_any_confidence_does_not_crash():

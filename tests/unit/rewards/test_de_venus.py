@@ -23,7 +23,7 @@ def batch(answers: list[str | None], parsed: list[str | None], verdict: list[flo
                     prompt_mask=torch.ones(n, 1, dtype=torch.bool), completion_ids=torch.zeros(n, 3, dtype=torch.long),
                     completion_mask=torch.ones(n, 3, dtype=torch.bool), group_ids=torch.tensor(groups),
                     rewards=torch.tensor(verdict)[:, None], reward_names=["correct"], texts=["x"] * n,
-                    meta={"parsed": parsed})
+                    parsed=parsed)
 
 
 def test_mixed_batch_gold_kept_unlabelled_pseudo_labelled():
@@ -76,7 +76,7 @@ def test_pseudo_labels_off_keeps_verifier_zero():
 
 def test_shaper_needs_parsed_answers():
     b = batch([None], ["3"], [0.0], [0])
-    b.meta = {}
+    b.parsed = []
     with pytest.raises(BatchError, match="parsed"):
         build("shaper", "de_venus")(b)
 

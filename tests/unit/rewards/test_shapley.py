@@ -93,8 +93,7 @@ def _multi_path_batch(answers: list[str | None], verdicts: list[float], p: int, 
                      prompt_mask=torch.ones(n, 1, dtype=torch.bool), completion_ids=torch.ones(n, 2, dtype=torch.long),
                      completion_mask=torch.ones(n, 2, dtype=torch.bool), group_ids=torch.tensor(groups),
                      rewards=torch.tensor(verdicts)[:, None], reward_names=["correct"], texts=[""] * n,
-                     path_rollout=index // p, path_index=index % p)
-    batch.meta["parsed"] = answers
+                     path_rollout=index // p, path_index=index % p, parsed=list(answers))
     return batch
 
 

@@ -36,7 +36,7 @@ def batch(parsed, group_ids, verdict=None, answers=None, logprobs=None) -> Rollo
                     completion_ids=torch.zeros(n, 3, dtype=torch.long),
                     completion_mask=torch.ones(n, 3, dtype=torch.bool),
                     group_ids=torch.tensor(group_ids), rewards=rewards, reward_names=["correct", "format"],
-                    rollout_logprobs=logprobs, texts=[f"t{i}" for i in range(n)], meta={"parsed": list(parsed)})
+                    rollout_logprobs=logprobs, texts=[f"t{i}" for i in range(n)], parsed=list(parsed))
 
 
 def test_golden_labels_and_consensus_on_interleaved_groups():
@@ -110,7 +110,7 @@ def test_full_agreement_gives_zero_advantage_and_zero_entropy():
 
 def test_needs_parsed_answers():
     b = batch(["1"], [0])
-    b.meta.pop("parsed")
+    b.parsed = []
     with pytest.raises(BatchError, match="parsed"):
         build("shaper", "ttrl")(b)
     with pytest.raises(ValueError, match="ties"):

@@ -64,6 +64,11 @@ def _full(batch, i: int) -> list[int]:
     return batch.prompt_ids[i][batch.prompt_mask[i]].tolist() + batch.completion_ids[i][batch.attention[i]].tolist()
 
 
+def _turns(batch, key: str) -> list:
+    """Each row's per-turn ``key`` (spans, scores, roles) from its episode record: it moves with the row."""
+    return [p.meta[EPISODE_KEY][key] for p in batch.problems]
+
+
 def test_training_sequence_is_the_conversation_the_model_saw(tok, policy, monkeypatch):
     seen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # (context ids, generated ids) per generated row
     original = multi_turn.generate_ids
@@ -82,7 +87,7 @@ def test_training_sequence_is_the_conversation_the_model_saw(tok, policy, monkey
     for i in range(batch.num_rows):
         full = _full(batch, i)
         p = int(batch.prompt_mask[i].sum())
-        spans = batch.meta["turn_spans"][i]
+        spans = _turns(batch, "spans")[i]
         assert len(spans) == 3
         for s, t in spans:  # each turn was generated from exactly the ids before it in the training sequence
             assert (tuple(full[:p + s]), tuple(full[p + s:p + t])) in seen
@@ -100,7 +105,7 @@ def test_env_tokens_are_masked_with_origin_env_and_get_zero_gradient(tok, policy
     assert bool(env_tok.any())
     assert not bool((batch.completion_mask & env_tok).any())
     assert torch.equal(batch.completion_mask, batch.attention & ~env_tok)
-    for i, spans in enumerate(batch.meta["turn_spans"]):  # observations lie exactly between the turns
+    for i, spans in enumerate(_turns(batch, "spans")):  # observations lie exactly between the turns
         for (_, end), (start, _) in zip(spans, spans[1:]):
             assert bool(env_tok[i, end:start].all()) and end < start
     grads, _ = logit_grads(model, batch, "ppo_clip", {})  # position t predicts completion token t
@@ -116,8 +121,8 @@ def test_episode_reward_turn_scores_and_token_rewards(tok, policy, reward, expec
     for i in range(2):
         episode = batch.problems[i].meta[EPISODE_KEY]
         assert episode["reward"] == pytest.approx(expected)
-        assert batch.meta["turn_scores"][i] == pytest.approx([0.5, 0.2, 0.4])  # the env ended it after 3 turns
-        ends = [t - 1 for _, t in batch.meta["turn_spans"][i]]
+        assert _turns(batch, "scores")[i] == pytest.approx([0.5, 0.2, 0.4])  # the env ended it after 3 turns
+        ends = [t - 1 for _, t in _turns(batch, "spans")[i]]
         assert batch.token_rewards[i, ends].tolist() == pytest.approx([0.5, 0.2, 0.4])
         others = torch.ones(batch.token_rewards.shape[1], dtype=torch.bool)
         others[ends] = False
@@ -131,8 +136,8 @@ def test_episode_reward_turn_scores_and_token_rewards(tok, policy, reward, expec
 def test_max_turns_stops_the_episode_without_a_trailing_observation(tok, policy):
     batch = build("sampler", "multi_turn", env="scripted_test", cf_samples=0, max_turns=2).sample(policy, _problems(1), 2, _ctx(tok))
     for i in range(2):
-        assert len(batch.meta["turn_spans"][i]) == 2
-        last_end = batch.meta["turn_spans"][i][-1][1]
+        assert len(_turns(batch, "spans")[i]) == 2
+        last_end = _turns(batch, "spans")[i][-1][1]
         assert int(batch.attention[i].sum()) == last_end  # nothing after the last action
     assert batch.meta["sampler_metrics"]["rollout/ended_by_env_frac"] == 0.0
 
@@ -157,10 +162,10 @@ def test_plans_share_the_first_turn_and_nest_in_groups(tok, policy):
     for pid in plan_ids.unique():
         rows = (plan_ids == pid).nonzero().flatten().tolist()
         assert len({int(groups[r]) for r in rows}) == 1
-        first = [tuple(batch.completion_ids[r, slice(*batch.meta["turn_spans"][r][0])].tolist()) for r in rows]
+        first = [tuple(batch.completion_ids[r, slice(*_turns(batch, "spans")[r][0])].tolist()) for r in rows]
         assert len(set(first)) == 1  # the plan (turn 1) is shared by its executions
     role = batch.role_mask
-    for i, spans in enumerate(batch.meta["turn_spans"]):
+    for i, spans in enumerate(_turns(batch, "spans")):
         s, t = spans[0]
         assert bool(role[i, s:t].all()) and int(role[i].sum()) == t - s  # planner tokens = turn 1 exactly
     with pytest.raises(ValueError, match="not a multiple of plans"):
@@ -174,10 +179,10 @@ def test_counterfactual_baselines_sit_at_selected_turn_starts(tok, policy):
     base = batch.turn_baselines
     marked = (~base.isnan()).nonzero().tolist()
     assert len(marked) == 3  # ceil(0.5 · 6 turns)
-    starts = {(i, s) for i, spans in enumerate(batch.meta["turn_spans"]) for s, _ in spans}
+    starts = {(i, s) for i, spans in enumerate(_turns(batch, "spans")) for s, _ in spans}
     for i, t in marked:
         assert (i, t) in starts
-        j = [s for s, _ in batch.meta["turn_spans"][i]].index(t)
+        j = [s for s, _ in _turns(batch, "spans")[i]].index(t)
         assert base[i, t].item() == pytest.approx([0.5, 0.2, 0.4][j])  # scripted: any alternative scores s_j
     assert batch.meta["sampler_metrics"]["rollout/cf_turn_frac"] == pytest.approx(0.5)
 

@@ -110,7 +110,8 @@ class MultiTurnSampler(Sampler):
       * optional plan branching (D-GRPO: ``plans`` first turns, each continued G/P times) and
         counterfactual re-sampling of selected turns (TCPO: ``cf_samples``);
       * with one turn and no branching, a row is a plain completion of the reset observation.
-    Meta: ``turn_spans`` [(start, end)] per row, ``turn_scores``, ``turn_roles`` (lists per row).
+    Per row, in its episode record (``rlvr.envs.episode_of``, so it moves with the row): ``spans``
+    [(start, end)] of its turns in the completion, ``scores`` and ``roles`` (one per turn).
     Fields: ``plan_ids`` (N,) with plans; ``role_mask`` (N, T) when the environment names roles;
     ``turn_baselines`` (N, T) (NaN = none) with counterfactuals (``Rollouts.select`` slices them).
 
@@ -246,8 +247,6 @@ class MultiTurnSampler(Sampler):
                          rollout_logprobs=logp, token_origin=origin,
                          behaviour_logprobs=torch.zeros_like(logp),
                          texts=[tok.decode(e.ids, skip_special_tokens=True) for e in eps])
-        batch.meta.update({"turn_spans": [list(e.spans) for e in eps], "turn_scores": [list(e.scores) for e in eps],
-                           "turn_roles": [list(e.roles) for e in eps]})
         if cfg.token_rewards == "turn_scores":
             batch.token_rewards = _at_turn_ends(eps, width)
         if cfg.plans:
@@ -262,7 +261,8 @@ class MultiTurnSampler(Sampler):
 
     def _with_episode(self, e: _Episode) -> Problem:
         reward = e.scores[-1] if self.config.reward == "final" else max(e.scores)
-        record = {"reward": float(reward), "scores": list(e.scores), "roles": list(e.roles), "info": dict(e.env.info)}
+        record = {"reward": float(reward), "scores": list(e.scores), "roles": list(e.roles), "spans": list(e.spans),
+                  "info": dict(e.env.info)}
         return dataclasses.replace(e.problem, meta={**e.problem.meta, EPISODE_KEY: record})
 
 
