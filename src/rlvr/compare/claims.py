@@ -20,6 +20,9 @@ methods:
       subset: null                          # e.g. hard: the claim is about that subset of the problems
       mechanism: {metric: final_response_length, vs_baseline: lower}   # what must fire for the row to count
       not_testable: null                    # a reason, when the regime cannot exercise the claim at all
+      paper_effect: null                    # the paper's effect in the metric's units (0.039 = +3.9 points)
+      paper_baseline: null                  # the paper's comparison when it is not the family's baseline
+      min_updates: null                     # optimizer updates the method must make (default 25 % of the baseline's)
 ```
 
 A mechanism fires when, over the method's seeds, the mean of ``metric`` is ``above`` (or ``below``) a
@@ -39,8 +42,9 @@ DIRECTIONS = ("better", "not_worse", "matches")
 ROLES = ("method", "baseline", "negative_control", "positive_control")
 VERSUS = ("baseline", "warm_start")
 DEFAULT_MARGIN_FRACTION = 0.25  # of the baseline's gain, for not_worse / matches claims
+DEFAULT_MIN_UPDATES_FRACTION = 0.25  # of the baseline's fewest optimizer updates, where min_updates is unset
 CLAIM_KEYS = {"section", "title", "paper", "metric", "direction", "margin", "versus", "subset", "mechanism",
-              "not_testable", "note"}
+              "not_testable", "note", "paper_effect", "paper_baseline", "min_updates"}
 MECHANISM_KEYS = {"metric", "window", "above", "below", "vs_baseline", "what"}
 
 
@@ -72,6 +76,9 @@ class Claim:
     mechanism: Mechanism | None = None
     not_testable: str | None = None  # the reason the regime cannot exercise it (pre-registered)
     note: str = ""  # one line shown under the row (what else the file measured)
+    paper_effect: float | None = None  # the paper's effect, metric units, positive = better for the method
+    paper_baseline: str | None = None  # what the paper compared with, where that is not the family's baseline
+    min_updates: int | None = None  # fewest optimizer updates a run must make (None: the default fraction)
 
 
 def parse_role(name: str, spec: dict, where: str) -> str:
@@ -104,13 +111,20 @@ def parse_claim(name: str, raw: Any, where: str) -> Claim | None:
         raise ConfigError(f"{at}: margin must be a positive number or null, got {margin!r}")
     if margin is not None and direction == "better":
         raise ConfigError(f"{at}: a margin applies to not_worse / matches claims, not to 'better'")
-    for key in ("subset", "not_testable", "note"):
+    for key in ("subset", "not_testable", "note", "paper_baseline"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ConfigError(f"{at}: '{key}' must be a string or null, got {raw[key]!r}")
+    effect, updates = raw.get("paper_effect"), raw.get("min_updates")
+    if effect is not None and (not isinstance(effect, (int, float)) or isinstance(effect, bool) or effect <= 0):
+        raise ConfigError(f"{at}: paper_effect must be a positive number (metric units) or null, got {effect!r}")
+    if updates is not None and (not isinstance(updates, int) or isinstance(updates, bool) or updates < 1):
+        raise ConfigError(f"{at}: min_updates must be a positive integer or null, got {updates!r}")
     return Claim(method=name, section=raw["section"], title=raw["title"], paper=raw["paper"], metric=raw["metric"],
                  direction=direction, margin=None if margin is None else float(margin), versus=versus,
                  subset=raw.get("subset"), mechanism=_mechanism(raw.get("mechanism"), at),
-                 not_testable=raw.get("not_testable"), note=raw.get("note") or "")
+                 not_testable=raw.get("not_testable"), note=raw.get("note") or "",
+                 paper_effect=None if effect is None else float(effect), paper_baseline=raw.get("paper_baseline"),
+                 min_updates=updates)
 
 
 def _mechanism(raw: Any, at: str) -> Mechanism | None:

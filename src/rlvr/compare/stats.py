@@ -8,7 +8,9 @@ decimals, as in printed tables); beyond df = 30 the normal quantile 1.96 is used
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+import random
+from bisect import bisect_left, bisect_right
+from typing import Any, Callable, Iterable
 
 # t_{0.975, df}: the quantile with 2.5 % in the upper tail, so mean ± t·s/√n is a 95 % interval.
 T_975 = {
@@ -49,32 +51,57 @@ def mean_ci(values: Iterable[float], level: float = 0.95, ddof: int = 1) -> dict
     return {"mean": mean, "ci": t_quantile(n - 1) * std / math.sqrt(n), "n": n, "std": std}
 
 
-def sign_flip_p(diffs: list[float], exact_up_to: int = 16, samples: int = 20_000, seed: int = 0) -> float:
+def sign_flip_p(diffs: list[float], exact_up_to: int = 40, samples: int = 20_000, seed: int = 0) -> float:
     """Two-sided paired sign-flip permutation p-value of the mean difference.
 
     Under the null "method and baseline are exchangeable within a seed", each per-seed difference is
     as likely to have either sign, so p = #{s ∈ {±1}ⁿ : |Σ sᵢdᵢ| ≥ |Σ dᵢ|} / 2ⁿ, counting the observed
-    assignment (p ≥ 2/2ⁿ unless every difference is 0, where p = 1). Enumerated exactly for
-    n ≤ ``exact_up_to``; beyond that ``samples`` random flips (seeded) plus the observed one.
-    Note the floor: with 5 seeds the smallest attainable p is 2/32 = 0.0625.
+    assignment (p ≥ 2/2ⁿ unless every difference is 0, where p = 1). Counted exactly for
+    n ≤ ``exact_up_to`` (``count_at_least``); beyond that ``samples`` random flips (seeded) plus the
+    observed one. Note the floor: with 5 seeds the smallest attainable p is 2/32 = 0.0625.
     """
     n = len(diffs)
     if n == 0:
         raise ValueError("sign_flip_p: no differences")
     observed = abs(sum(diffs))
-    tol = 1e-12 * max(1.0, observed)
     if n <= exact_up_to:
-        hits = 0
-        for mask in range(2 ** n):
-            total = sum(-d if mask >> i & 1 else d for i, d in enumerate(diffs))
-            hits += abs(total) >= observed - tol
-        return hits / 2 ** n
-    import random
+        return count_at_least(diffs, observed, two_sided=True) / 2 ** n
+    return sampled_flip_p(diffs, lambda total: abs(total) >= observed - flip_tol(observed), samples, seed)
+
+
+def flip_tol(observed: float) -> float:
+    """The rounding slack of a sign-flip comparison of sums (a reordered sum can differ in its last bits)."""
+    return 1e-9 * max(1.0, abs(observed))
+
+
+def _signed_sums(xs: list[float]) -> list[float]:
+    sums = [0.0]
+    for x in xs:
+        sums = [s + x for s in sums] + [s - x for s in sums]
+    return sums
+
+
+def count_at_least(xs: list[float], observed: float, two_sided: bool) -> int:
+    """Sign assignments s ∈ {±1}ⁿ with Σ sᵢxᵢ ≥ observed (two-sided: |Σ sᵢxᵢ| ≥ observed ≥ 0),
+    counted exactly by meeting in the middle: every signed sum of the first half is paired with the sorted signed
+    sums of the second, so n values cost 2^(n/2) sums and bisections, not 2ⁿ."""
+    half = len(xs) // 2
+    left, right = _signed_sums(xs[:half]), sorted(_signed_sums(xs[half:]))
+    tol = flip_tol(observed)
+    if two_sided and observed <= tol:  # |sum| ≥ 0 holds for every assignment
+        return 2 ** len(xs)
+    count = 0
+    for a in left:
+        count += len(right) - bisect_left(right, observed - tol - a)
+        if two_sided:
+            count += bisect_right(right, -observed + tol - a)
+    return count
+
+
+def sampled_flip_p(xs: list[float], hit: Callable[[float], bool], samples: int, seed: int) -> float:
+    """The share of ``samples`` random sign assignments (seeded) plus the observed one whose sum is a hit."""
     rng = random.Random(seed)
-    hits = 1  # the observed assignment
-    for _ in range(samples):
-        total = sum(d if rng.random() < 0.5 else -d for d in diffs)
-        hits += abs(total) >= observed - tol
+    hits = 1 + sum(hit(sum(x if rng.random() < 0.5 else -x for x in xs)) for _ in range(samples))
     return hits / (samples + 1)
 
 

@@ -9,18 +9,18 @@ negated first). With g the oriented per-seed differences, s their sample SD (ddo
 - *not_worse*: H0 g = −δ, two-sided t = (mean + δ) / (s/√n); rejected above −δ = not worse.
 - *matches*: two one-sided tests (TOST), p = max(P(T ≥ (mean + δ)/se), P(T ≤ (mean − δ)/se)).
 
-The sign-flip counterpart enumerates every sign assignment of the same shifted differences (exact up
-to 16 seeds); its smallest attainable p is 2/2ⁿ two-sided (1/2ⁿ one-sided), ties (zero differences)
-raising it further.
+The sign-flip counterpart counts every sign assignment of the same shifted differences exactly up to
+EXACT_UP_TO seeds (the sums of the two halves paired by bisection, so 27 seeds cost 2·2¹⁴ sums, not
+2²⁷); beyond that it is estimated from 20,000 random flips and says so. Its smallest attainable p is
+2/2ⁿ two-sided (1/2ⁿ one-sided), ties (zero differences) raising it further.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from typing import Any
 
-from rlvr.compare.stats import sign_flip_p
+from rlvr.compare.stats import count_at_least, flip_tol, sampled_flip_p, sign_flip_p
 from rlvr.compare.tdist import t_ppf, t_sf
 
 ALPHA = 0.05
@@ -51,29 +51,35 @@ def _upper(x: float, se: float, df: int) -> float:
     return t_sf(x / se, df)
 
 
-def sign_flip_claim(g: list[float], direction: str, margin: float | None) -> dict[str, float]:
-    """The sign-flip p of the same hypothesis as ``claim_p`` and the smallest p it could reach here."""
+EXACT_UP_TO = 40  # seeds: two halves of at most 2^20 sign sums each, counted by bisection (stats.count_at_least)
+
+
+def sign_flip_claim(g: list[float], direction: str, margin: float | None) -> dict[str, Any]:
+    """The sign-flip p of the same hypothesis as ``claim_p``, the smallest p it could reach here and
+    whether the p is exact (every sign assignment counted) or estimated from random flips."""
     delta = margin or 0.0
     nonzero = lambda xs: sum(abs(x) > 1e-12 for x in xs)  # noqa: E731 - a zero difference flips to itself
+    exact = len(g) <= EXACT_UP_TO
     if direction == "matches":
         lo, hi = [x + delta for x in g], [delta - x for x in g]
         return {"p": max(one_sided_flip_p(lo), one_sided_flip_p(hi)),
-                "floor": max(0.5 ** nonzero(lo), 0.5 ** nonzero(hi))}
+                "floor": max(0.5 ** nonzero(lo), 0.5 ** nonzero(hi)), "exact": exact}
     shifted = [x + delta for x in g] if direction == "not_worse" else list(g)
-    return {"p": sign_flip_p(shifted), "floor": min(1.0, 2.0 * 0.5 ** nonzero(shifted))}
+    return {"p": two_sided_flip_p(shifted), "floor": min(1.0, 2.0 * 0.5 ** nonzero(shifted)), "exact": exact}
 
 
-def one_sided_flip_p(xs: list[float], exact_up_to: int = 16, samples: int = 20_000, seed: int = 0) -> float:
-    """P(Σ sᵢxᵢ ≥ Σ xᵢ) over random signs s ∈ {±1}ⁿ: the one-sided sign-flip p of "the mean is ≤ 0"."""
-    observed, n = sum(xs), len(xs)
-    tol = 1e-12 * max(1.0, abs(observed))
-    if n <= exact_up_to:
-        hits = sum(sum(-x if mask >> i & 1 else x for i, x in enumerate(xs)) >= observed - tol
-                   for mask in range(2 ** n))
-        return hits / 2 ** n
-    rng = random.Random(seed)
-    hits = 1 + sum(sum(x if rng.random() < 0.5 else -x for x in xs) >= observed - tol for _ in range(samples))
-    return hits / (samples + 1)
+def two_sided_flip_p(xs: list[float], samples: int = 20_000, seed: int = 0) -> float:
+    """#{s ∈ {±1}ⁿ : |Σ sᵢxᵢ| ≥ |Σ xᵢ|} / 2ⁿ, exact up to EXACT_UP_TO values, else estimated."""
+    return sign_flip_p(xs, exact_up_to=EXACT_UP_TO, samples=samples, seed=seed)
+
+
+def one_sided_flip_p(xs: list[float], samples: int = 20_000, seed: int = 0) -> float:
+    """P(Σ sᵢxᵢ ≥ Σ xᵢ) over random signs s ∈ {±1}ⁿ: the one-sided sign-flip p of "the mean is ≤ 0",
+    exact up to EXACT_UP_TO values, else estimated."""
+    observed = sum(xs)
+    if len(xs) <= EXACT_UP_TO:
+        return count_at_least(xs, observed, two_sided=False) / 2 ** len(xs)
+    return sampled_flip_p(xs, lambda total: total >= observed - flip_tol(observed), samples, seed)
 
 
 def holm(pvalues: dict[Any, float], alpha: float = ALPHA) -> dict[Any, dict[str, float]]:

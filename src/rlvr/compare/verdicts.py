@@ -1,32 +1,39 @@
-"""Verdicts computed from a family's results: gates first, then the claim's paired test.
+"""Verdicts computed from a family's results: gates first, then the claim's tests against each baseline arm.
 
 A family is one comparison file's pre-registered claims (``rlvr.compare.claims``) with its
 results.json records (and run_metrics.json rows, for mechanisms measured during training). For each
 claim, in order:
 
-1. **Gates.** A pre-registered ``not_testable`` reason; at least 2 paired seeds; the baseline's greedy
-   gain over its warm start has a 95 % interval above 0 (claims against the baseline only); the
-   mechanism fired; the claim's subset is not all zeros; the family has a positive control and it was
-   detected on the claim's metric (paired t, worse than the baseline, p ≤ α/m, the strictest Holm step);
-   a negative control, where there is one, did not differ (p > α). A failed gate gives *not testable
-   here*, naming every failed gate.
-2. **Test.** The claim's paired t p (``verdict_tests.claim_p``) joins Holm's correction across every
-   claim of the findings (``holm``). Rejected: *reproduced* or *opposite* (the direction the mean
-   points), provided the sign-flip test of the same hypothesis reaches the claim's Holm level; where it
-   cannot (its smallest attainable p is above that level) the verdict says so; where it could and did
-   not, *not reproduced (the sign-flip test disagrees)*. Not rejected: *not reproduced*.
+1. **Gates.** A pre-registered ``not_testable`` reason; at least 2 paired seeds; at least ``min_updates``
+   optimizer updates (default DEFAULT_MIN_UPDATES_FRACTION of the baseline's fewest); for a claim against
+   the baseline, the method's own change from its start has a 95 % interval that excludes 0; the
+   baseline's greedy gain has a 95 % interval above 0 (claims against the baseline only); the mechanism
+   reached its threshold; the claim's subset is not all zeros; the family has a positive control and it
+   was detected on the claim's metric (paired t, worse than the baseline, p ≤ α/m, the strictest Holm
+   step). A failed gate gives *not testable here*, naming every failed gate.
+2. **Tests.** The claim's paired t p (``verdict_tests.claim_p``) and its exact sign-flip p are each
+   Holm-corrected (``holm``) across the claims of the committed Holm family (``check_holm_family``).
+   Against one baseline arm: a t rejection gives *reproduced* or *opposite* (the way the mean points) if
+   the sign-flip test rejects too, with the qualifier *t test only* where its smallest p cannot reach its
+   Holm level; otherwise *ruled out* where the 95 % interval excludes the effect of interest
+   (``effect_of_interest``), else *inconclusive*. The claim is judged the same way against the family's
+   negative controls (the baseline with another RL seed, at the same Holm levels); the verdict must be the
+   same against every arm, else *inconclusive*.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.compare.claims import DEFAULT_MARGIN_FRACTION, Claim, Mechanism
+from rlvr.compare.claims import DEFAULT_MARGIN_FRACTION, DEFAULT_MIN_UPDATES_FRACTION, Claim, Mechanism
 from rlvr.compare.report import LOWER, flat_metrics
 from rlvr.compare.verdict_tests import ALPHA, claim_p, holm, sign_flip_claim, t_interval
+from rlvr.train.config import ConfigError
 
-KINDS = ("reproduced", "opposite", "not reproduced", "not testable here")
+KINDS = ("reproduced", "opposite", "ruled out", "inconclusive", "not testable here")
+T_ONLY = "t test only"  # the qualifier of a rejection the sign-flip test could not reach
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,52 @@ def subset_metric(claim: Claim) -> str:
     return f"{base}/{claim.subset}"
 
 
+def updates(family: Family, method: str) -> list[int]:
+    """The optimizer updates (results.json ``steps``) of each finished run of ``method``."""
+    return [int(r["steps"]) for r in family.records
+            if r["method"] == method and r["status"] == "done" and r.get("steps") is not None]
+
+
+def min_updates_of(family: Family, claim: Claim) -> int | None:
+    """The claim's pre-registered ``min_updates``, else DEFAULT_MIN_UPDATES_FRACTION × the baseline's fewest
+    updates (rounded up); None where neither is known."""
+    if claim.min_updates is not None:
+        return claim.min_updates
+    base = updates(family, family.baseline)
+    return math.ceil(DEFAULT_MIN_UPDATES_FRACTION * min(base)) if base else None
+
+
+def span(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
+def own_change(family: Family, claim: Claim) -> tuple[str, list[float]]:
+    """The method's own change from its starting point, per seed: on the claim's metric where its value
+    before RL is recorded, else greedy accuracy."""
+    metric = claim.metric if family.gains(claim.method, claim.metric) else "accuracy_after"
+    gains = family.gains(claim.method, metric)
+    return metric, [gains[s] for s in sorted(gains)]
+
+
+def moved_gates(family: Family, claim: Claim) -> list[str]:
+    """The moved-from-start gate: enough optimizer updates, and (claims against the baseline) an own change
+    whose 95 % interval excludes 0; otherwise the paired difference reads the baseline's gain backwards."""
+    failed = []
+    floor, made = min_updates_of(family, claim), updates(family, claim.method)
+    if floor is not None and made and min(made) < floor:
+        where = "" if claim.min_updates is not None else \
+            f", {100 * DEFAULT_MIN_UPDATES_FRACTION:g} % of {family.baseline}'s {min(updates(family, family.baseline))}"
+        failed.append(f"too few updates: {span(made)} optimizer updates, below the minimum of {floor}{where}")
+    if claim.versus == "baseline" and claim.method != family.baseline:
+        metric, gains = own_change(family, claim)
+        interval = t_interval(gains)
+        if interval is not None and interval[0] <= 0 <= interval[1]:
+            failed.append(f"did not move from its start: its own {metric} change {sum(gains) / len(gains):+.4f} "
+                          f"[{interval[0]:+.4f}, {interval[1]:+.4f}] includes 0")
+    return failed
+
+
 def gates(family: Family, claim: Claim, n_claims: int, alpha: float = ALPHA) -> list[str]:
     """The failed gates of a claim, in order (empty: the claim can be tested here)."""
     failed: list[str] = []
@@ -161,6 +214,7 @@ def gates(family: Family, claim: Claim, n_claims: int, alpha: float = ALPHA) -> 
         failed.append(f"pre-registered: {claim.not_testable}")
     if len(paired_diffs(family, claim)) < 2:
         failed.append("fewer than 2 paired seeds")
+    failed += moved_gates(family, claim)
     if claim.versus == "baseline":
         interval = baseline_gain(family)["interval"]
         if interval is None or interval[0] <= 0:
@@ -176,15 +230,14 @@ def gates(family: Family, claim: Claim, n_claims: int, alpha: float = ALPHA) -> 
         seen = [v for m in (claim.method, family.baseline) for v in family.values(m, key).values()]
         if not seen or not any(v > 0 for v in seen):
             failed.append(f"subset {claim.subset}: {key} is {'not recorded' if not seen else '0 in every run'}")
-    failed += _control_gates(family, claim.metric, n_claims, alpha)
-    return failed
+    return failed + _positive_control_gates(family, claim.metric, n_claims, alpha)
 
 
 def control_outcome(family: Family, control: str, role: str, metric: str, n_claims: int,
                     alpha: float = ALPHA) -> tuple[dict[str, Any], bool | None]:
-    """A control's paired test against the baseline on ``metric`` and whether it did its job: a positive
-    control is detected (worse, p ≤ α/m, the strictest Holm step), a negative one is not different
-    (p > α). None where no seed is paired."""
+    """A control's paired test against the baseline on ``metric`` and its outcome: a positive control is
+    detected (worse, p ≤ α/m, the strictest Holm step); a negative one is not different (p > α), reported
+    only (it gates nothing: claims are judged against it as a second baseline arm). None: no seed paired."""
     test = claim_p(control_diffs(family, control, metric), "better", None)
     if test["p"] is None:
         return test, None
@@ -193,54 +246,173 @@ def control_outcome(family: Family, control: str, role: str, metric: str, n_clai
     return test, test["p"] > alpha
 
 
-def _control_gates(family: Family, metric: str, n_claims: int, alpha: float) -> list[str]:
-    failed = []
+def _positive_control_gates(family: Family, metric: str, n_claims: int, alpha: float) -> list[str]:
     positives = family.with_role("positive_control")
     if not positives:
-        failed.append("no positive control in the family (underpowered: detection is not shown)")
-    for control in positives:
-        if not control_outcome(family, control, "positive_control", metric, n_claims, alpha)[1]:
-            failed.append(f"positive control {control} not detected on {metric}")
-    for control in family.with_role("negative_control"):
-        test, quiet = control_outcome(family, control, "negative_control", metric, n_claims, alpha)
-        if quiet is False:
-            failed.append(f"negative control {control} differed on {metric} (p = {test['p']:.3f})")
-    return failed
+        return ["no positive control in the family (underpowered: detection is not shown)"]
+    return [f"positive control {control} not detected on {metric}" for control in positives
+            if not control_outcome(family, control, "positive_control", metric, n_claims, alpha)[1]]
 
 
-def judge(families: list[Family], alpha: float = ALPHA) -> list[dict[str, Any]]:
-    """Every claim's row: its test, Holm-corrected across all claims with a p, gates and verdict."""
+def effect_of_interest(family: Family, claim: Claim, margin: float | None) -> tuple[float | None, str]:
+    """The effect a *ruled out* verdict must exclude, with where it comes from: the paper's effect where the
+    claim states one, else DEFAULT_MARGIN_FRACTION × the baseline's gain on the metric (better claims), or
+    the margin (not worse / matches)."""
+    if claim.direction != "better":
+        return margin, "the margin"
+    if claim.paper_effect is not None:
+        return claim.paper_effect, "the paper's effect"
+    gains = list(family.gains(family.baseline, claim.metric).values())
+    mean = sum(gains) / len(gains) if gains else None
+    if claim.versus == "baseline" and mean is not None and mean > 0:
+        return DEFAULT_MARGIN_FRACTION * mean, f"{DEFAULT_MARGIN_FRACTION:g} × the baseline's gain"
+    return None, "none (no paper effect, no baseline gain on the metric)"
+
+
+def ruled_out(interval: tuple[float, float] | None, direction: str, margin: float | None,
+              effect: float | None) -> bool:
+    """Whether the 95 % interval of the oriented differences excludes the claimed effect (a *better* claim whose
+    interval lies wholly above 0 is not ruled out, however small: it points the paper's way)."""
+    if interval is None:
+        return False
+    lo, hi = interval
+    if direction == "better":
+        return effect is not None and hi < effect and lo <= 0
+    if margin is None:
+        return False
+    return hi < -margin if direction == "not_worse" else (lo > margin or hi < -margin)
+
+
+def arm(family: Family, claim: Claim, diffs: list[float], margin: float | None, name: str) -> dict[str, Any]:
+    """One baseline arm's test of a claim: paired t, sign flip and 95 % interval of the differences."""
+    return {"name": name, "diffs": diffs, "test": claim_p(diffs, claim.direction, margin),
+            "flip": sign_flip_claim(diffs, claim.direction, margin) if diffs else None,
+            "interval": t_interval(diffs)}
+
+
+def twin_arms(family: Family, claim: Claim, margin: float | None) -> list[dict[str, Any]]:
+    """The claim against each negative control (the baseline again with another RL seed), where the claim is
+    against the baseline: the verdict must be the same against every baseline arm."""
+    if claim.versus != "baseline":
+        return []
+    sign, ours = oriented(claim.metric), family.values(claim.method, claim.metric)
+    out = []
+    for twin in family.with_role("negative_control"):
+        theirs = family.values(twin, claim.metric)
+        diffs = [sign * (ours[s] - theirs[s]) for s in sorted(ours) if s in theirs]
+        if len(diffs) >= 2:
+            out.append(arm(family, claim, diffs, margin, twin))
+    return out
+
+
+def claim_id(family: Family, claim: Claim) -> str:
+    """How the Holm-family file names a claim: ``family/method``."""
+    return f"{family.name}/{claim.method}"
+
+
+def check_holm_family(rows: list[dict[str, Any]], listed: list[str], where: str) -> None:
+    """The claims with a p-value must be exactly those the committed Holm-family file lists."""
+    tested = {claim_id(r["family"], r["claim"]) for r in rows if r["test"]["p"] is not None}
+    missing, extra = sorted(tested - set(listed)), sorted(set(listed) - tested)
+    twice = sorted({c for c in listed if listed.count(c) > 1})
+    if missing or extra or twice:
+        problems = [f"claims with a p-value that {where} does not list: {missing}" if missing else "",
+                    f"listed in {where} but not a claim with a p-value: {extra}" if extra else "",
+                    f"listed twice in {where}: {twice}" if twice else ""]
+        raise ConfigError("; ".join(p for p in problems if p) + " (the Holm family is fixed in advance: edit the "
+                         "file only as a new pre-registration)")
+
+
+def judge(families: list[Family], alpha: float = ALPHA, holm_family: list[str] | None = None,
+          where: str = "the Holm-family file") -> list[dict[str, Any]]:
+    """Every claim's row: its tests against each baseline arm, Holm-corrected (t and sign flip separately)
+    across the claims of ``holm_family`` (checked to be those with a p), gates and verdict."""
     rows = []
     for family in families:
         for claim in family.claims:
             margin = margin_of(family, claim)
-            g = paired_diffs(family, claim)
-            rows.append({"family": family, "claim": claim, "margin": margin, "diffs": g,
-                         "test": claim_p(g, claim.direction, margin),
-                         "flip": sign_flip_claim(g, claim.direction, margin) if g else None})
-    corrected = holm({i: r["test"]["p"] for i, r in enumerate(rows) if r["test"]["p"] is not None}, alpha)
+            main = arm(family, claim, paired_diffs(family, claim), margin, family.baseline)
+            effect, source = effect_of_interest(family, claim, margin)
+            rows.append({"family": family, "claim": claim, "margin": margin, "diffs": main["diffs"],
+                         "test": main["test"], "flip": main["flip"], "interval": main["interval"],
+                         "effect": effect, "effect_source": source, "twins": twin_arms(family, claim, margin)})
+    if holm_family is not None:
+        check_holm_family(rows, holm_family, where)
+    tested = [i for i, r in enumerate(rows) if r["test"]["p"] is not None]
+    corrected = holm({i: rows[i]["test"]["p"] for i in tested}, alpha)
+    flips = holm({i: rows[i]["flip"]["p"] for i in tested}, alpha)
     for i, row in enumerate(rows):
-        row["holm"] = corrected.get(i)
+        row["holm"], row["flip_holm"] = corrected.get(i), flips.get(i)
         row["gates"] = gates(row["family"], row["claim"], len(corrected), alpha)
-        row["verdict"], row["why"] = decide(row)
+        row["verdict"], row["qualifier"], row["why"] = decide(row)
     return rows
 
 
-def decide(row: dict[str, Any]) -> tuple[str, str]:
-    """(verdict kind, the reason in one line) from a row's gates, Holm outcome and sign-flip test."""
+def decide(row: dict[str, Any]) -> tuple[str, str, str]:
+    """(verdict kind, qualifier, the reason in one line) from a row's gates and its baseline arms."""
     if row["gates"]:
+        why = "; ".join(row["gates"])
         if row["holm"] is None:
-            return "not testable here", "; ".join(row["gates"])
-        alone, why = decide({**row, "gates": []})
-        return "not testable here", "; ".join(row["gates"]) + f" (the paired test alone: {alone}, {why})"
-    holm_row, flip = row["holm"], row["flip"]
-    if not holm_row["rejected"]:
-        return "not reproduced", f"Holm-adjusted p = {holm_row['p_holm']:.3g} > α"
-    kind = row["test"]["if_rejected"]
-    if flip["floor"] > holm_row["level"]:
-        return kind, (f"t test only: with {row['test']['n']} seeds the sign-flip test cannot reach the Holm level "
-                      f"{holm_row['level']:.3g} (its smallest p is {flip['floor']:.3g})")
-    if flip["p"] > holm_row["level"]:
-        return "not reproduced", (f"the sign-flip test disagrees (p = {flip['p']:.3g} > Holm level "
-                                  f"{holm_row['level']:.3g})")
-    return kind, f"Holm-adjusted p = {holm_row['p_holm']:.3g}; sign-flip p = {flip['p']:.3g} agrees"
+            return "not testable here", "", why
+        kind, qualifier, alone = decide({**row, "gates": []})
+        verdict = kind + (f", {qualifier}" if qualifier else "")
+        return "not testable here", "", f"{why} (the paired test alone: {verdict}, {alone})"
+    outcomes = [arm_outcome(row, row, row["holm"]["rejected"], row["flip_holm"]["rejected"])]
+    for twin in row.get("twins", []):
+        level, flip_level = row["holm"]["level"], row["flip_holm"]["level"]
+        outcomes.append(arm_outcome(row, twin, twin["test"]["p"] <= level, twin["flip"]["p"] <= flip_level))
+    kinds = {kind for kind, _, _ in outcomes}
+    if len(kinds) > 1:
+        return "inconclusive", "", "the baseline arms disagree: " + "; ".join(
+            f"against {name}: {kind} ({why})" for (kind, _, why), name in zip(outcomes, _arm_names(row)))
+    qualifier = T_ONLY if any(q for _, q, _ in outcomes) else ""
+    why = outcomes[0][2] + "".join(f"; against {name}: the same ({o[2]})"
+                                   for o, name in zip(outcomes[1:], _arm_names(row)[1:]))
+    return outcomes[0][0], qualifier, why
+
+
+def _arm_names(row: dict[str, Any]) -> list[str]:
+    return [row["family"].baseline if "family" in row else "the baseline"] + [t["name"] for t in row.get("twins", [])]
+
+
+def arm_outcome(row: dict[str, Any], one: dict[str, Any], t_rejected: bool,
+                flip_rejected: bool) -> tuple[str, str, str]:
+    """One arm's (kind, qualifier, why): a t rejection at the claim's Holm level gives the direction the mean
+    points, provided the sign-flip test rejects at its own Holm level (*t test only* where its smallest p
+    cannot reach that level); otherwise *ruled out* where the 95 % interval excludes the effect of interest,
+    else *inconclusive*."""
+    holm_row, flip_row, test, flip = row["holm"], row["flip_holm"], one["test"], one["flip"]
+    t_text = f"t p = {test['p']:.3g} (Holm level {holm_row['level']:.3g})"
+    flip_text = f"sign-flip p = {flip['p']:.3g} (Holm level {flip_row['level']:.3g})"
+    if t_rejected:
+        if flip["floor"] > flip_row["level"]:
+            return test["if_rejected"], T_ONLY, (f"{t_text}; with {test['n']} seeds the sign-flip test cannot "
+                                                 f"reach its Holm level {flip_row['level']:.3g} (its smallest p is "
+                                                 f"{flip['floor']:.3g})")
+        if flip_rejected:
+            return test["if_rejected"], "", f"{t_text}; {flip_text} agrees"
+        after = f"{t_text}, but the sign-flip test disagrees: {flip_text}"
+    else:
+        after = f"{t_text}: not rejected"
+    return _not_rejected(row, one, after)
+
+
+def _not_rejected(row: dict[str, Any], one: dict[str, Any], after: str) -> tuple[str, str, str]:
+    claim, interval, effect = row["claim"], one["interval"], row["effect"]
+    where = "—" if interval is None else f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
+    target = {"better": f"{effect:+.3f}" if effect is not None else "none",
+              "not_worse": f"−{row['margin']:.3f}" if row["margin"] else "none",
+              "matches": f"±{row['margin']:.3f}" if row["margin"] else "none"}[claim.direction]
+    if ruled_out(interval, claim.direction, row["margin"], effect):
+        side = {"better": "excludes", "not_worse": "lies wholly below", "matches": "lies wholly outside"}
+        return "ruled out", "", f"{after}; the 95 % interval {where} {side[claim.direction]} {target} " \
+                                f"({row['effect_source']})"
+    if target == "none":
+        return "inconclusive", "", f"{after}; no effect of interest to exclude ({row['effect_source']})"
+    if claim.direction == "better" and interval is not None and interval[0] > 0:
+        return "inconclusive", "", (f"{after}; the 95 % interval {where} lies above 0, below {target} "
+                                    f"({row['effect_source']}): a smaller effect the paper's way")
+    side = {"better": "does not exclude", "not_worse": "does not lie wholly below",
+            "matches": "does not lie wholly outside"}
+    return "inconclusive", "", f"{after}; the 95 % interval {where} {side[claim.direction]} {target} " \
+                               f"({row['effect_source']})"

@@ -40,6 +40,9 @@ def test_check_fails_when_the_findings_differ(tmp_path):
     ({"versus": "nobody"}, "versus must be one of"),
     ({"mechanism": {"metric": "steps"}}, "exactly one of above / below / vs_baseline"),
     ({"mechanism": {"metric": "steps", "vs_baseline": "sideways"}}, "vs_baseline must be 'lower' or 'higher'"),
+    ({"paper_effect": -0.02}, "paper_effect must be a positive number"),
+    ({"min_updates": 2.5}, "min_updates must be a positive integer"),
+    ({"paper_baseline": 3}, "'paper_baseline' must be a string or null"),
 ])
 def test_bad_claims_name_the_method_and_what_is_wrong(change, message):
     with pytest.raises(ConfigError, match=r"f\.yaml: method 'cliff': claim") as err:
@@ -103,3 +106,16 @@ def test_findings_pair_problems_where_both_runs_saved_outcomes():
     bare = Family(name="fam", baseline="base", claims=(claim,), roles=family.roles,
                   records=[{k: v for k, v in r.items() if k != "outcomes"} for r in records], seeds=(0, 1))
     assert "No committed results.json records per-problem outcomes yet" in "\n".join(_problem_section(judge([bare])))
+
+
+def test_the_readme_quotes_the_findings_summary_word_for_word():
+    """The README's findings paragraph carries the verdict counts and the decided methods as docs/findings.md
+    computes them (regenerate, then paste the 'All claims' sentence into README.md)."""
+    from rlvr.compare.findings import SUMMARY_START
+
+    summary = [line for line in (ROOT / "docs" / "findings.md").read_text().splitlines()
+               if line.startswith(SUMMARY_START)]
+    assert len(summary) == 1, f"docs/findings.md has {len(summary)} '{SUMMARY_START}' lines"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert " ".join(summary[0].split()) in readme, f"README.md does not quote docs/findings.md's: {summary[0]}"
+    assert readme.count(f"{SUMMARY_START} (") == 1, "README.md states the verdict counts more than once"

@@ -14,7 +14,7 @@ from rlvr.compare.claims import Claim, Mechanism
 from rlvr.compare.stats import T_975
 from rlvr.compare.tdist import t_cdf, t_ppf
 from rlvr.compare.verdict_tests import claim_p, holm, mde, one_sided_flip_p, pooled_sd, seeds_for, sign_flip_claim
-from rlvr.compare.verdicts import Family, decide, gates, judge, margin_of
+from rlvr.compare.verdicts import T_ONLY, Family, decide, gates, judge, margin_of
 
 SEEDS = list(range(10))
 BEFORE = 0.30
@@ -102,12 +102,20 @@ def test_claim_p_directions():
 
 # --- verdicts -----------------------------------------------------------------------------------
 
-def test_reproduced_opposite_and_the_exact_words_not_reproduced():
-    alternating = [v + (0.01 if i % 2 else -0.01) for i, v in enumerate(BASE)]  # mean difference 0
-    rows = _verdict({"good": _shift(0.05), "bad": _shift(-0.05), "null": alternating},
-                    [_claim("good"), _claim("bad"), _claim("null")])
+def _alternating(size: float, mean: float = 0.0) -> list[float]:
+    return [v + mean + (size if i % 2 else -size) for i, v in enumerate(BASE)]
+
+
+def test_reproduced_opposite_ruled_out_and_inconclusive():
+    # null: a mean difference of 0 with SD 0.0105, interval ±0.0075, below the effect of interest
+    # (0.25 × the baseline's gain = 0.029); noisy: the same mean with ±0.05 swings, interval ±0.038
+    rows = _verdict({"good": _shift(0.05), "bad": _shift(-0.05), "null": _alternating(0.01),
+                     "noisy": _alternating(0.05)}, [_claim(m) for m in ("good", "bad", "null", "noisy")])
     verdicts = {r["claim"].method: r["verdict"] for r in rows}
-    assert verdicts == {"good": "reproduced", "bad": "opposite", "null": "not reproduced"}
+    assert verdicts == {"good": "reproduced", "bad": "opposite", "null": "ruled out", "noisy": "inconclusive"}
+    why = {r["claim"].method: r["why"] for r in rows}
+    assert "excludes +0.029 (0.25 × the baseline's gain)" in why["null"]
+    assert "does not exclude +0.029" in why["noisy"]
     assert "sign-flip p" in next(r for r in rows if r["claim"].method == "good")["why"]
     assert all(not r["gates"] for r in rows)
 
@@ -115,29 +123,36 @@ def test_reproduced_opposite_and_the_exact_words_not_reproduced():
 def test_holm_runs_across_families_and_can_undo_a_raw_rejection():
     # 10 seeds, a modest effect: raw p below 0.05, but not below 0.05/m once 30 null claims join it
     modest = [v + d for v, d in zip(BASE, [0.035, -0.005, 0.025, 0.005, 0.03, 0.0, 0.02, 0.015, 0.025, -0.005])]
-    alone = _verdict({"modest": modest}, [_claim("modest")])[0]
+    harmed = {"harmed": CONTROLS["harmed"]}, {"harmed": "positive_control"}  # no second baseline arm here
+    alone = judge([_family({**harmed[0], "modest": modest}, [_claim("modest")], roles=harmed[1])])[0]
     assert alone["test"]["p"] < 0.05 and alone["verdict"] == "reproduced"
     nulls = {f"n{i}": [v + (0.01 if (j + i) % 2 else -0.01) for j, v in enumerate(BASE)] for i in range(30)}
-    crowd = _family({**CONTROLS, **nulls}, [_claim(m) for m in nulls], roles=CONTROL_ROLES, name="other")
-    first = _family({**CONTROLS, "modest": modest}, [_claim("modest")], roles=CONTROL_ROLES)
+    crowd = _family({**harmed[0], **nulls}, [_claim(m) for m in nulls], roles=harmed[1], name="other")
+    first = _family({**harmed[0], "modest": modest}, [_claim("modest")], roles=harmed[1])
     rows = judge([first, crowd])
     row = next(r for r in rows if r["claim"].method == "modest")
-    assert row["holm"]["m"] == 31 and row["verdict"] == "not reproduced" and "Holm-adjusted" in row["why"]
+    assert row["holm"]["m"] == 31 and row["verdict"] == "inconclusive" and "not rejected" in row["why"]
+    assert "lies above 0, below +0.029" in row["why"]  # the 95 % interval, not corrected: positive but small
 
 
 def test_five_seeds_verdict_says_the_sign_flip_test_cannot_agree():
     fam = _family({**CONTROLS, "good": _shift(0.05)}, [_claim("good")], roles=CONTROL_ROLES)
     fam.records[:] = [r for r in fam.records if r["seed"] < 5]
     row = judge([fam])[0]
-    assert row["verdict"] == "reproduced"
+    assert (row["verdict"], row["qualifier"]) == ("reproduced", T_ONLY)
     assert "cannot reach" in row["why"] and "0.0625" in row["why"]
 
 
-def test_sign_flip_disagreement_gives_not_reproduced():
-    row = {"gates": [], "holm": {"rejected": True, "level": 0.01, "p_holm": 0.004},
-           "flip": {"p": 0.03, "floor": 0.002}, "test": {"if_rejected": "reproduced", "n": 10}}
-    kind, why = decide(row)
-    assert kind == "not reproduced" and "disagrees" in why
+def test_sign_flip_disagreement_gives_ruled_out_or_inconclusive():
+    row = {"gates": [], "claim": _claim("m"), "margin": None, "effect": 0.03, "effect_source": "synthetic",
+           "holm": {"rejected": True, "level": 0.01, "p_holm": 0.004},
+           "flip_holm": {"rejected": False, "level": 0.01, "p_holm": 0.03},
+           "flip": {"p": 0.03, "floor": 0.002}, "test": {"if_rejected": "reproduced", "n": 10, "p": 0.001},
+           "interval": (0.005, 0.04)}
+    kind, qualifier, why = decide(row)
+    assert (kind, qualifier) == ("inconclusive", "") and "disagrees" in why
+    kind, _, why = decide({**row, "interval": (-0.001, 0.02)})
+    assert kind == "ruled out" and "excludes +0.030 (synthetic)" in why
 
 
 def test_matches_uses_a_quarter_of_the_baseline_gain_as_margin():
@@ -173,10 +188,20 @@ def test_gate_positive_control_not_detected():
     assert any("positive control harmed not detected" in g for g in _gates(fam))
 
 
-def test_gate_negative_control_that_differs():
+def test_a_negative_control_that_differs_voids_nothing_and_is_a_second_baseline_arm():
+    # rl_again differs from the baseline by +0.04 on every seed: under the old rule it voided the family
     fam = _family({"harmed": _shift(-0.06), "rl_again": _shift(0.04), "good": _shift(0.05)}, [_claim("good")],
                   roles=CONTROL_ROLES)
-    assert any("negative control rl_again differed" in g for g in _gates(fam))
+    assert not any("negative control" in g for g in _gates(fam))
+    row = judge([fam])[0]
+    assert row["verdict"] == "reproduced" and "against rl_again: the same" in row["why"]
+    # the method equals the second arm seed by seed: reproduced against base, not against rl_again
+    twin = _family({"harmed": _shift(-0.06), "rl_again": _shift(0.05), "good": _shift(0.05)}, [_claim("good")],
+                   roles=CONTROL_ROLES)
+    row = judge([twin])[0]
+    assert row["verdict"] == "inconclusive" and row["why"].startswith("the baseline arms disagree: against base: "
+                                                                     "reproduced")
+    assert "against rl_again: ruled out" in row["why"]
 
 
 def test_gate_mechanism_did_not_fire_or_is_not_recorded():
