@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from rlvr.collectives import collective_device
 from rlvr.optim.noise import seeded_noise, tensor_seed
 from rlvr.registry import param
 
@@ -154,20 +155,21 @@ def es_step(params: Params, fitness_fn: FitnessFn, seeds: list[int], *, sigma: f
 def gather_rows(local: dict[int, Tensor], n: int, world_size: int) -> Tensor:
     """(N, X) float64 table of every member's row; rows this rank did not evaluate come from the
     others (an all-reduce SUM over zero-filled tables: adding zeros is exact)."""
+    import torch.distributed as dist
+    device = collective_device() if world_size > 1 else torch.device("cpu")  # the default group's
     width = max((len(v) for v in local.values()), default=0)
     if world_size > 1:
-        import torch.distributed as dist
-        w = torch.tensor([width], dtype=torch.int64)
+        w = torch.tensor([width], dtype=torch.int64, device=device)  # (1,)
         dist.all_reduce(w, op=dist.ReduceOp.MAX)
-        width = int(w)
-    table = torch.zeros(n, width, dtype=torch.float64)
+        width = int(w.item())
+    table = torch.zeros(n, width, dtype=torch.float64, device=device)  # (N, X)
     for k, row in local.items():
         if len(row) != width:
             raise ValueError(f"es: member {k} returned {len(row)} rewards, others {width}")
         table[k] = row
     if world_size > 1:
         dist.all_reduce(table, op=dist.ReduceOp.SUM)
-    return table
+    return table.cpu()
 
 
 # --- the plug-in's configuration ----------------------------------------------------------------

@@ -111,7 +111,7 @@ class WeightSync:
         total = 0
         with torch.no_grad():
             for bucket in layout(tensors, self.bucket_bytes):
-                flat = torch.empty(bucket.numel, dtype=bucket.dtype)  # (numel,)
+                flat = torch.empty(bucket.numel, dtype=bucket.dtype, device="cpu")  # (numel,) the gloo group's device
                 self.group.broadcast(flat, 0, self.timeout).wait(self.timeout)
                 offset = 0
                 for i in bucket.indices:

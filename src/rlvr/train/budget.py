@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from rlvr.collectives import collective_device
+
 
 def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any = None,
                   next_cost: int = 0) -> str | None:
@@ -16,7 +18,8 @@ def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any =
     processes and a seconds budget, the slowest rank's time is used so every rank stops at the same
     step (a collective: every rank must call it)."""
     if acc is not None and acc.num_processes > 1 and run.max_seconds:
-        seconds = acc.reduce(torch.tensor(seconds, dtype=torch.float64), reduction="max").item()
+        local = torch.tensor(seconds, dtype=torch.float64, device=collective_device(acc))  # () on its device
+        seconds = acc.reduce(local, reduction="max").item()
     if step >= run.steps:
         return "steps"
     if run.max_rollouts and (rollouts >= run.max_rollouts or rollouts + next_cost > run.max_rollouts):

@@ -24,6 +24,8 @@ from typing import Any, Iterable
 
 import torch
 
+from rlvr.collectives import collective_device
+
 
 class Callback:
     """No-op hooks to override (optional base class)."""
@@ -61,7 +63,8 @@ class Callbacks:
             stop = bool(cb.on_step_end(trainer, step, metrics)) or stop
         acc = trainer.acc  # every loop has one (rlvr.train.loop.Runnable)
         if acc.num_processes > 1 and self.items:  # a collective: every rank holds the same list
-            stop = bool(acc.reduce(torch.tensor(float(stop), device=acc.device), reduction="sum").item() > 0)
+            flag = torch.tensor(float(stop), device=collective_device(acc))  # ()
+            stop = bool(acc.reduce(flag, reduction="sum").item() > 0)
         return stop
 
     def evaluate(self, trainer: Any, step: int, metrics: dict[str, float]) -> None:

@@ -26,6 +26,7 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object
 from torch import Tensor
 
+from rlvr.collectives import collective_device
 from rlvr.types import AdvantageInputs, Rollouts
 
 NO_ROWS = "no_rows"  # batch.meta flag: this rank trains no row; its rows are all masked
@@ -38,7 +39,8 @@ def sum_over_ranks(acc: Accelerator, stats: dict[str, Tensor]) -> dict[str, Tens
     if acc.num_processes == 1 or not stats:
         return stats
     keys = sorted(stats)
-    flat = torch.cat([stats[k].detach().double().reshape(-1).to(acc.device) for k in keys])
+    device = collective_device(acc)
+    flat = torch.cat([stats[k].detach().double().reshape(-1).to(device) for k in keys])  # (Σ numel,)
     total = acc.reduce(flat, reduction="sum")
     out, start = {}, 0
     for k in keys:
@@ -118,6 +120,7 @@ def global_normalisers(acc: Accelerator, mask: Tensor, horizon: float) -> dict[s
     """The losses' normalisers: trained tokens and rows of ``mask`` (N, T) over all ranks, and the length
     constant C of the fixed-norm aggregations (``horizon``: the completion cap, the same on every rank
     and step, not the padded width)."""
-    local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).float()
-    total = acc.reduce(local, reduction="sum") if acc.num_processes > 1 else local
+    local = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).float()  # (2,) tokens, rows
+    total = local if acc.num_processes == 1 else \
+        acc.reduce(local.to(collective_device(acc)), reduction="sum").to(mask.device)  # back beside the mask
     return {"num_tokens": total[0], "num_seqs": total[1], "horizon": float(horizon)}

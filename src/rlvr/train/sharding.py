@@ -34,6 +34,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, InitProcessGroupKwargs
 
+from rlvr.collectives import collective_device
 from rlvr.rollout.lockstep import lockstep
 from rlvr.train.config import ConfigError
 
@@ -88,12 +89,13 @@ class Sharding:
     def any_rank(self, flag: bool) -> bool:
         if self.acc.num_processes == 1:
             return flag
-        return bool(self.acc.reduce(torch.tensor([float(flag)], device=self.acc.device), "sum").item() > 0)
+        local = torch.tensor([float(flag)], device=collective_device(self.acc))  # (1,)
+        return bool(self.acc.reduce(local, "sum").item() > 0)
 
     def max_over_ranks(self, n: int) -> int:
         if self.acc.num_processes == 1:
             return n
-        counts = self.acc.gather(torch.tensor([n], device=self.acc.device))
+        counts = self.acc.gather(torch.tensor([n], device=collective_device(self.acc)))  # (world,)
         return int(counts.max().item())
 
     def backward(self, model: torch.nn.Module, loss: torch.Tensor, last: bool, scaler: Any = None) -> None:

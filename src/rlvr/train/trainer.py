@@ -23,6 +23,7 @@ import torch
 import yaml
 from accelerate import Accelerator
 
+from rlvr.collectives import collective_device
 from rlvr.critic import Critic, mc_returns
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
@@ -266,8 +267,9 @@ class Trainer:
         if self.acc.num_processes == 1:
             return metrics
         keys = sorted(metrics)
-        values = self.acc.reduce(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64), "mean")
-        return dict(zip(keys, values.tolist()))
+        local = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64,
+                             device=collective_device(self.acc))  # (M,) on the collective's device
+        return dict(zip(keys, self.acc.reduce(local, "mean").tolist()))
 
     # --- state ------------------------------------------------------------------------------
 
