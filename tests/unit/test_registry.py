@@ -117,3 +117,51 @@ def test_teachers_and_environments_are_registry_kinds(capsys):
         assert main(["list", "--kind", kind]) == 0
         out = capsys.readouterr().out.split("\naggregation modes")[0]  # the plug-ins, before the shared tail
         assert f"\n{kind}\n" in out and f"  {shown} " in out and absent not in out and "grpo" not in out
+
+
+def _identifier(node):
+    """The last name of ``x.y.name`` / ``name`` (None for anything else)."""
+    import ast
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+
+def _literals(node) -> set:
+    import ast
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return {s for e in node.elts for s in _literals(e)}
+    return set()
+
+
+def _names_a_plugin(identifier) -> bool:
+    """``name``, ``*_name``, a kind (``verifier``) or a kind's last word (``strategy`` of ``eval_strategy``)."""
+    return bool(identifier) and (identifier == "name" or identifier.endswith("_name") or any(
+        k == identifier or k.endswith("_" + identifier) for k in registry.KINDS))
+
+
+def switches_on_plugin_names(src) -> list[str]:
+    """``file:line`` of every comparison of a plug-in name (an expression called ``name``, ``*_name`` or
+    after a kind) with a literal naming a built-in plug-in of any kind: ``loss.name == "ppo_clip_is"``,
+    ``sampler.name != "plain"``, ``engine.name in ("loop", "hf")``, ``cfg.verifier == "code"``."""
+    import ast
+    from pathlib import Path
+    plugins = {e.name for e in registry.entries() if e.cls.__module__.startswith("rlvr.")}
+    hits = []
+    for path in sorted(Path(src).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            if any(_names_a_plugin(_identifier(s)) for s in sides) and set().union(*map(_literals, sides)) & plugins:
+                hits.append(f"{path.relative_to(src)}:{node.lineno}")
+    return hits
+
+
+def test_no_source_file_switches_on_a_plugin_name():
+    # One dispatch path: code asks a plug-in's class traits through the registry (optim.plugin_class(),
+    # PluginSpec.plugin_class(kind)), never compares a configured name with a built-in plug-in's name.
+    from pathlib import Path
+    src = Path(__file__).resolve().parents[2] / "src" / "rlvr"
+    hits = switches_on_plugin_names(src)
+    assert not hits, f"string switches on plug-in names (ask a class trait instead): {hits}"

@@ -8,7 +8,7 @@ diagnostic fractions), so each loss file holds only its own equation.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar, Mapping
 
 from torch import Tensor
 
@@ -26,6 +26,16 @@ class PolicyLoss(Plugin, ABC):
     # zero loss and zero gradient, whatever the other rows hold (each token's term is a finite factor
     # times A): the trainer may then leave such rows out of the update (optim.skip_zero_rows).
     needs_every_row: ClassVar[bool] = True
+    # True for losses that clip the ratio pi/pi_old: with optim.old_logprobs = rollout the clip bounds
+    # the step from the policy that sampled the row, which makes lagged rows safe (rlvr.train.async_check).
+    ratio_clipped: ClassVar[bool] = False
+
+    @classmethod
+    def corrects_staleness(cls, params: Mapping[str, Any]) -> bool:
+        """Whether the loss, with hyperparameters ``params`` (a config's, not yet built), weights rows
+        sampled by an older policy back to the current one by itself (asynchronous generation with
+        ``max_staleness`` >= 1 needs this or a ratio-clipped loss against the rollout log-probs)."""
+        return False
 
     @abstractmethod
     def __call__(self, inputs: LossInputs) -> LossOutput:

@@ -40,6 +40,7 @@ class CISPO(PolicyLoss):
     Shapes: logprobs, old_logprobs, advantages, mask (N, T) → per_token (N, T).
     """
 
+    ratio_clipped = True  # rlvr.train.async_check: lagged rows are safe against the rollout log-probs
     Config = CISPOConfig
     needs_every_row = False  # ℓ = −sg(w)·A·log π: zero value and gradient where A = 0
     paper = "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention (arXiv:2506.13585)"

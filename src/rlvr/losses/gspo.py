@@ -44,6 +44,7 @@ class GSPO(PolicyLoss):
     Shapes: logprobs, old_logprobs, advantages, mask (N, T) → per_token (N, T).
     """
 
+    ratio_clipped = True  # rlvr.train.async_check: lagged rows are safe against the rollout log-probs
     Config = GSPOConfig
     needs_every_row = False  # ℓ = max(−A·s, −A·clip(s)): zero value and gradient where A = 0
     paper = "Group Sequence Policy Optimization (arXiv:2507.18071)"

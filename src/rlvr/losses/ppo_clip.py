@@ -53,6 +53,7 @@ class PPOClip(PolicyLoss):
     Shapes: logprobs, old_logprobs, advantages, mask (N, T) → per_token (N, T).
     """
 
+    ratio_clipped = True  # rlvr.train.async_check: lagged rows are safe against the rollout log-probs
     Config = PPOClipConfig
     needs_every_row = False  # ℓ = max(−A·ρ, −A·clip(ρ)): zero value and gradient where A = 0
     paper = "Proximal Policy Optimization Algorithms (arXiv:1707.06347)"

@@ -10,6 +10,7 @@ mismatch would put in the gradient.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
@@ -81,6 +82,11 @@ class PPOClipRolloutIS(PPOClip):
     Config = RolloutISConfig
     paper = ("IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures "
              "(arXiv:1802.01561)")
+
+    @classmethod
+    def corrects_staleness(cls, params: Mapping[str, Any]) -> bool:
+        """Every is_mode but ``none`` weights a lagged row by ``π_prox / π_behaviour`` (decoupled PPO)."""
+        return params.get("is_mode", RolloutISConfig.is_mode) != "none"
 
     def __call__(self, inputs: LossInputs) -> LossOutput:
         out = super().__call__(inputs)

@@ -86,6 +86,7 @@ class CodeVerifier(Plugin):
     """
 
     Config: ClassVar[type] = CodeConfig
+    gold_is_test_suite: ClassVar[bool] = True  # a dataset task reads test-suite rows for it (rlvr.tasks.code_rows)
 
     def score(self, problem: Problem, completion: str) -> Score:
         cfg = self.config

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.notice import notice
-from rlvr.registry import param, register
+from rlvr.registry import RegistryError, get, param, register
 from rlvr.tasks.base import Task, TaskConfig, _check_split, prompt_hash
 from rlvr.tasks.chat import prompt_fields
 from rlvr.tasks.code_rows import code_problem
@@ -165,7 +165,7 @@ class Dataset(Task):
         cfg = self.config
         first = rows[0] if rows else {}
         columns = set(first) if isinstance(first, dict) else set()
-        code = cfg.verifier == "code"  # test suites instead of an answer column (rlvr.tasks.code_rows)
+        code = _reads_test_suites(cfg.verifier)  # test suites instead of an answer column (rlvr.tasks.code_rows)
         for col in () if code else (cfg.prompt_column, cfg.answer_column, *cfg.meta_columns):
             if col and col not in columns:
                 hint = "; for a dataset without answers set answer_column: ''" if col == cfg.answer_column else ""
@@ -193,7 +193,7 @@ class Dataset(Task):
         """One row as a Problem; ``BadRow`` says what is wrong with it. A row without the answer column
         is label-free (partly labelled data), unless it has a column the first row lacks (a misspelling)."""
         cfg = self.config
-        if cfg.verifier == "code":  # HumanEval / MBPP / tests / io rows
+        if _reads_test_suites(cfg.verifier):  # HumanEval / MBPP / tests / io rows
             try:
                 return code_problem(row, cfg.prompt_column, cfg.solution_column, i, source)
             except ValueError as err:
@@ -325,6 +325,15 @@ def read_jsonl(p: Path) -> Rows:
                 raise ValueError(f"{p}: line {n} is not valid JSON ({err.msg})") from None
             rows.lines.append(n)
     return rows
+
+
+def _reads_test_suites(verifier: str) -> bool:
+    """Whether the verifier named ``verifier`` takes a test suite as its gold (class trait
+    ``gold_is_test_suite``); an unknown name is left for building the verifier to report."""
+    try:
+        return bool(getattr(get("verifier", verifier), "gold_is_test_suite", False))
+    except RegistryError:
+        return False
 
 
 def parse_only(verifier: Any, completion: str) -> str | None:

@@ -5,14 +5,16 @@ that trains on it, so a loss that takes the recomputed log-probs of the current 
 behaviour policy (the on-policy assumption of ``optim.old_logprobs: recompute`` with plain PPO-clip)
 would treat lagged rows as on-policy. Two corrections are accepted:
 
-* ``algorithm.loss: ppo_clip_is`` (any ``is_mode`` but ``none``): the ratio's denominator is the
-  recomputed proximal policy (the trainer's weights before the update) and every token is weighted by
-  the truncated importance weight ``min(π_prox / π_behaviour, C)`` — decoupled PPO (AReaL) with
-  IMPALA's truncation;
-* ``optim.old_logprobs: rollout`` with a ratio-clipped loss (ppo_clip, ppo_clip_is, gspo, cispo): the
-  ratio is taken against the generator's own log-probs, so the clip bounds the step from the policy
-  that actually sampled the row (verl's bypass mode).
+* a loss whose ``corrects_staleness(params)`` holds (``ppo_clip_is``, any ``is_mode`` but ``none``):
+  the ratio's denominator is the recomputed proximal policy (the trainer's weights before the update)
+  and every token is weighted by the truncated importance weight ``min(π_prox / π_behaviour, C)`` —
+  decoupled PPO (AReaL) with IMPALA's truncation;
+* ``optim.old_logprobs: rollout`` with a loss whose class sets ``ratio_clipped`` (ppo_clip, ppo_clip_is,
+  gspo, cispo): the ratio is taken against the generator's own log-probs, so the clip bounds the step
+  from the policy that actually sampled the row (verl's bypass mode).
 
+The generator process runs only samplers and engines whose class sets ``runs_in_worker``. The rules
+read these traits through the registry; no plug-in name is listed here.
 Everything else is refused with one line naming the fix.
 """
 
@@ -20,41 +22,62 @@ from __future__ import annotations
 
 from typing import Any
 
-RATIO_LOSSES = ("ppo_clip", "ppo_clip_is", "gspo", "cispo")
-WORKER_ENGINES = ("loop", "hf")
+from rlvr.registry import get, names
 
 
 def check_async(cfg: Any) -> None:
-    """Raise ``ValueError`` when ``cfg`` cannot run with ``rollout.async_rollout`` as set."""
+    """Raise ``ValueError`` when ``cfg`` cannot run with ``rollout.async_rollout`` as set. Each rule asks
+    the plug-ins' class traits (``runs_in_worker``, ``ratio_clipped``, ``corrects_staleness``)."""
     a, loss = cfg.rollout.async_rollout, cfg.algorithm.loss
     where = "rollout.async_rollout"
     if not cfg.optim.plugin_class().gradient_knobs:  # the gradient Trainer's collector is what goes async
         raise ValueError(f"{where}: optimizer '{cfg.optim.name}' runs its own loop; asynchronous generation "
                          f"needs the gradient trainer (optim.name=adamw)")
-    if cfg.rollout.sampler.name != "plain":
-        raise ValueError(f"{where}: the generator process runs the plain sampler only, got rollout.sampler="
-                         f"'{cfg.rollout.sampler.name}' (it reads the verifier or a reference in the trainer)")
-    if cfg.rollout.engine.name not in WORKER_ENGINES:
-        raise ValueError(f"{where}: the generator process runs rollout.engine {' | '.join(WORKER_ENGINES)}, "
-                         f"got '{cfg.rollout.engine.name}'")
+    sampler, engine = cfg.rollout.sampler, cfg.rollout.engine
+    if not _trait(sampler.plugin_class("sampler"), "runs_in_worker"):
+        raise ValueError(f"{where}: the generator process runs the {_with('sampler', 'runs_in_worker')} sampler "
+                         f"only, got rollout.sampler='{sampler.name}' (it reads the verifier or a reference in "
+                         f"the trainer)")
+    if not _trait(engine.plugin_class("engine"), "runs_in_worker"):
+        raise ValueError(f"{where}: the generator process runs rollout.engine {_with('engine', 'runs_in_worker')}, "
+                         f"got '{engine.name}'")
     if cfg.critic.enabled:
         raise ValueError(f"{where}: a critic is not supported with asynchronous generation (critic.enabled=false)")
     if a.max_staleness == 0:
         return  # in_worker, k = 0: every row comes from the trainer's current weights
-    is_corrected = loss.name == "ppo_clip_is" and loss.params.get("is_mode", "token_truncate") != "none"
-    bypass = cfg.optim.old_logprobs == "rollout" and loss.name in RATIO_LOSSES
-    if not (is_corrected or bypass):
+    if not (_corrects_staleness(loss) or _bypass(cfg)):
         raise ValueError(f"{where}.max_staleness={a.max_staleness}: rows lag the policy, but loss "
                          f"'{loss.name}' with optim.old_logprobs={cfg.optim.old_logprobs} treats them as "
                          f"on-policy; use algorithm.loss.name=ppo_clip_is (truncated IS against the "
                          f"generator's log-probs) or optim.old_logprobs=rollout with one of "
-                         f"{', '.join(RATIO_LOSSES)}")
+                         f"{_with('loss', 'ratio_clipped', ', ')}")
 
 
 def correction_of(cfg: Any) -> str:
     """One line naming the off-policy correction the run applies (for the run's log)."""
+    loss = cfg.algorithm.loss
     if cfg.rollout.async_rollout.max_staleness == 0:
         return "none (on-policy)"
-    if cfg.algorithm.loss.name == "ppo_clip_is":
-        return f"truncated IS (ppo_clip_is) against the generator's log-probs, ratio vs {cfg.optim.old_logprobs}"
-    return f"{cfg.algorithm.loss.name} ratio against the generator's log-probs (optim.old_logprobs=rollout)"
+    if _corrects_staleness(loss):
+        return f"truncated IS ({loss.name}) against the generator's log-probs, ratio vs {cfg.optim.old_logprobs}"
+    return f"{loss.name} ratio against the generator's log-probs (optim.old_logprobs=rollout)"
+
+
+def _bypass(cfg: Any) -> bool:
+    """A ratio-clipped loss whose ratio is taken against the generator's own log-probs (verl's bypass)."""
+    return cfg.optim.old_logprobs == "rollout" and _trait(cfg.algorithm.loss.plugin_class("loss"), "ratio_clipped")
+
+
+def _corrects_staleness(loss: Any) -> bool:
+    """The loss plug-in's ``corrects_staleness(params)``; False for a class without it (a user callable)."""
+    check = getattr(loss.plugin_class("loss"), "corrects_staleness", None)
+    return bool(check(loss.params)) if callable(check) else False
+
+
+def _trait(cls: type, trait: str) -> bool:
+    return bool(getattr(cls, trait, False))
+
+
+def _with(kind: str, trait: str, sep: str = " | ") -> str:
+    """The registered names of ``kind`` whose class sets ``trait`` (for the messages)."""
+    return sep.join(n for n in names(kind) if _trait(get(kind, n), trait))

@@ -32,6 +32,15 @@ class PluginSpec:
     name: str = param("", "registered name or 'pkg.module:Object'")
     params: dict = param({}, "hyperparameters of the plug-in's Config")
 
+    def plugin_class(self, kind: str) -> type:
+        """The class registered as ``name`` among the plug-ins of ``kind``, whose class traits the run
+        reads; an unknown name is a ConfigError listing the valid ones."""
+        from rlvr.registry import RegistryError, get
+        try:
+            return get(kind, self.name)
+        except RegistryError as err:
+            raise ConfigError(str(err)) from None
+
 
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION = ("sdpa", "eager", "flash_attention_2")

@@ -71,6 +71,7 @@ class Engine(ABC):
     paper: ClassVar[str] = ""
     supports_hidden: ClassVar[bool] = False  # fills ``request.capture`` (keep_hidden)
     supports_repetition_penalty: ClassVar[bool] = True
+    runs_in_worker: ClassVar[bool] = False  # the generator process of asynchronous generation can run it
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.Config()

@@ -27,6 +27,7 @@ class HFGenerateEngine(Engine):
     Shapes: prompt ids / mask (N, P) → tokens, log-probs (N, T), T ≤ max_new_tokens.
     """
 
+    runs_in_worker = True
     supports_hidden = True
 
     def decode(self, model: PreTrainedModel, request: DecodeRequest) -> tuple[Tensor, Tensor]:

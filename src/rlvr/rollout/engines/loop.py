@@ -43,6 +43,7 @@ class LoopEngine(Engine):
     Shapes: prompt ids / mask (N, P) → tokens, log-probs (N, T), T ≤ max_new_tokens.
     """
 
+    runs_in_worker = True
     Config = LoopConfig
     supports_hidden = True
 

@@ -67,6 +67,8 @@ class Sampler(Plugin, ABC):
     needs_reference: ClassVar[bool] = False  # the trainer keeps a frozen reference copy for it
     needs_verifier: ClassVar[bool] = False
     produces_off_policy: ClassVar[bool] = False  # trains tokens whose behaviour policy is not pi_old
+    runs_in_worker: ClassVar[bool] = False  # needs nothing of the trainer's (verifier, reference): it may
+    # run in the generator process of asynchronous generation (rollout.async_rollout)
 
     @abstractmethod
     def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,

@@ -28,6 +28,7 @@ class PlainSampler(Sampler):
     """
 
     Config = PlainConfig
+    runs_in_worker = True  # the policy alone: the generator process of async generation runs it
 
     def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,
                ctx: SampleContext) -> Rollouts:
