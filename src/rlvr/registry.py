@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 
 KINDS = (
     "selector", "sampler", "engine", "verifier", "shaper", "filter", "advantage",
-    "weighting", "loss", "optimizer", "task", "teacher", "environment",
+    "weighting", "loss", "optimizer", "task", "teacher", "environment", "tracker",
 )
 
 # Modules whose import registers the built-in plug-ins of each kind (named, not imported: the
@@ -35,6 +35,7 @@ _BUILTIN_MODULES = {
     "optimizer": ("rlvr.optim",),
     "teacher": ("rlvr.rewards.teacher",),
     "environment": ("rlvr.envs",),
+    "tracker": ("rlvr.train.trackers",),
 }
 
 

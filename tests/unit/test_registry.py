@@ -1,6 +1,7 @@
 """Registry, plug-in conventions and `rlvr list`."""
 
 import dataclasses
+import importlib.util
 import json
 
 import pytest
@@ -165,3 +166,15 @@ def test_no_source_file_switches_on_a_plugin_name():
     src = Path(__file__).resolve().parents[2] / "src" / "rlvr"
     hits = switches_on_plugin_names(src)
     assert not hits, f"string switches on plug-in names (ask a class trait instead): {hits}"
+
+
+def test_trackers_are_a_registry_kind():
+    from rlvr.train.trackers import TensorBoardTracker, check_report_to
+    assert registry.names("tracker") == ["mlflow", "tensorboard", "trackio", "wandb"]
+    assert get("tracker", "tensorboard") is TensorBoardTracker and TensorBoardTracker.package == "tensorboard"
+    assert check_report_to(["none"]) == ()  # none: metrics.jsonl only
+    path = "rlvr.train.trackers:TensorBoardTracker"  # a tracker of one's own by its import path
+    if importlib.util.find_spec("tensorboard") is not None:
+        assert check_report_to([path, path]) == (path,)
+    with pytest.raises(ValueError, match=r"unknown tracker\(s\) \['tensorbord'\]; valid: \['none', 'mlflow'"):
+        check_report_to(["tensorbord"])

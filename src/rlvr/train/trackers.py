@@ -1,5 +1,8 @@
 """Experiment trackers behind one small interface: ``run.report_to: [tensorboard, wandb, trackio, mlflow]``.
 
+Each tracker is a registered plug-in (``@register("tracker", name)``; ``rlvr list --kind tracker``) whose
+class names the package it needs (``package``); a ``"pkg.module:Object"`` path names a tracker of one's own.
+
 ``metrics.jsonl`` is always written (:class:`rlvr.train.logging.RunLogger`); each tracker named in
 ``run.report_to`` receives the same scalars (finite numbers only) at the same steps and, where it
 has tables (wandb, trackio, mlflow), a completions table (prompt, completion, reward, advantage)
@@ -16,30 +19,46 @@ import math
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-TRACKER_NAMES = ("none", "tensorboard", "wandb", "trackio", "mlflow")
-_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow"}
+from rlvr.plugin import NoConfig
+from rlvr.registry import RegistryError, get, names, register
+
+NO_TRACKER = "none"  # report_to: [none] (or []): metrics.jsonl only
 TABLE_COLUMNS = ("prompt", "completion", "reward", "advantage")
 
 
 def check_report_to(report_to: Any) -> tuple[str, ...]:
     """The tracker names of ``run.report_to`` ('none' dropped); a clear error for an unknown name
     or a tracker whose package is not installed."""
-    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    unknown = [n for n in names if n not in TRACKER_NAMES]
+    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    classes = {n: _tracker_class(n) for n in wanted if n != NO_TRACKER}
+    unknown = [n for n in wanted if n != NO_TRACKER and classes[n] is None]
     if unknown:
-        raise ValueError(f"run.report_to: unknown tracker(s) {unknown}; valid: {list(TRACKER_NAMES)}")
-    for name in names:
-        package = _PACKAGES.get(name)
+        raise ValueError(f"run.report_to: unknown tracker(s) {unknown}; valid: {[NO_TRACKER, *names('tracker')]}")
+    for name, cls in classes.items():
+        package = getattr(cls, "package", None)
         if package and importlib.util.find_spec(package) is None:
             raise ValueError(f"run.report_to: '{name}' needs the {package} package (pip install {package})")
-    return tuple(dict.fromkeys(n for n in names if n != "none"))
+    return tuple(classes)
+
+
+def _tracker_class(name: str) -> type | None:
+    """The tracker class registered as ``name`` (or at ``"pkg.module:Object"``); None when there is none."""
+    if not isinstance(name, str):
+        return None
+    try:
+        return get("tracker", name)
+    except RegistryError:
+        return None
 
 
 class Tracker(ABC):
-    """One experiment tracker: scalars per step, optionally tables, closed at the end."""
+    """One experiment tracker: scalars per step, optionally tables, closed at the end. A registered
+    tracker is built as ``cls(run_dir, config)`` when the run starts."""
 
+    Config: ClassVar[type] = NoConfig  # trackers take no hyperparameters (their settings: environment)
+    package: ClassVar[str | None] = None  # the package its import needs; checked when the config is built
     supports_tables = False
 
     @abstractmethod
@@ -53,8 +72,11 @@ class Tracker(ABC):
         pass
 
 
+@register("tracker", "tensorboard")
 class TensorBoardTracker(Tracker):
     """Event files in ``<run>/tb`` (read them with ``tensorboard --logdir``)."""
+
+    package = "tensorboard"
 
     def __init__(self, run_dir: Path, config: dict) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -87,8 +109,11 @@ class _RunTracker(Tracker):
         self.run.finish()
 
 
+@register("tracker", "wandb")
 class WandbTracker(_RunTracker):
     """A W&B run in ``<run>/wandb`` (project ``WANDB_PROJECT`` or 'rlvr'; ``WANDB_MODE=offline`` works)."""
+
+    package = "wandb"
 
     def __init__(self, run_dir: Path, config: dict) -> None:
         import wandb
@@ -97,8 +122,11 @@ class WandbTracker(_RunTracker):
         super().__init__(run, wandb.Table)
 
 
+@register("tracker", "trackio")
 class TrackioTracker(_RunTracker):
     """A trackio run (local SQLite under ``TRACKIO_DIR``; project ``TRACKIO_PROJECT`` or 'rlvr')."""
+
+    package = "trackio"
 
     def __init__(self, run_dir: Path, config: dict) -> None:
         import trackio
@@ -107,9 +135,11 @@ class TrackioTracker(_RunTracker):
         super().__init__(run, trackio.Table)
 
 
+@register("tracker", "mlflow")
 class MlflowTracker(Tracker):
     """An MLflow run (``MLFLOW_TRACKING_URI`` or a ``file:`` store in ``<run>/mlruns``)."""
 
+    package = "mlflow"
     supports_tables = True
 
     def __init__(self, run_dir: Path, config: dict) -> None:
@@ -131,13 +161,9 @@ class MlflowTracker(Tracker):
         self.mlflow.end_run()
 
 
-TRACKERS: dict[str, type[Tracker]] = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker,
-                                      "trackio": TrackioTracker, "mlflow": MlflowTracker}
-
-
 def build_trackers(report_to: Any, run_dir: Path, config: dict | None = None) -> list[Tracker]:
     """The trackers named in ``report_to``, started (``none`` or empty: no tracker)."""
-    return [TRACKERS[name](run_dir, config or {}) for name in check_report_to(report_to)]
+    return [get("tracker", name)(run_dir, config or {}) for name in check_report_to(report_to)]
 
 
 def finite_scalars(row: dict[str, Any]) -> dict[str, float]:
