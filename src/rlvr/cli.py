@@ -101,9 +101,10 @@ def _training_commands(sub: Any) -> None:
     p.add_argument("--problems", type=int, default=200)
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--strategy", choices=("standard", "cas"), default="standard",
-                   help="standard: greedy, pass@k, maj@k; cas: confidence-based adaptive sampling (C3RL) vs "
-                        "majority voting at the same total number of samples")
+    p.add_argument("--strategy", default="standard",
+                   help="a registered eval_strategy (rlvr list --kind eval_strategy): standard: greedy, pass@k, "
+                        "maj@k; cas: confidence-based adaptive sampling (C3RL) vs majority voting at the same "
+                        "total number of samples")
     p.add_argument("--tau-stop", type=float, default=None, help="cas (required): stop after one sample this confident")
     p.add_argument("--tau-vote", type=float, default=None, help="cas (required): stop when the confidence-weighted "
                                                                 "vote share exceeds this")
@@ -266,14 +267,23 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rlvr.train.run import evaluate_path
-    cas = None
-    if args.strategy == "cas":
-        cas = {"tau_stop": args.tau_stop, "tau_vote": args.tau_vote, "confidence": args.confidence,
-               "max_extra": args.k - 1 if args.max_extra is None else args.max_extra}
     _print_summary(evaluate_path(args.model, task=args.task, problems=args.problems, k=args.k,
-                                 max_new_tokens=args.max_new_tokens, strategy=args.strategy, cas=cas,
-                                 overrides=args.overrides))
+                                 max_new_tokens=args.max_new_tokens, strategy=args.strategy,
+                                 cas=_strategy_options(args), overrides=args.overrides))
     return 0
+
+
+def _strategy_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The eval flags that are options of the chosen strategy (fields of its ``Config``: CAS takes
+    ``--tau-stop`` ... ``--confidence``; standard takes none)."""
+    import dataclasses
+
+    from rlvr.registry import get
+    flags = {"tau_stop": args.tau_stop, "tau_vote": args.tau_vote, "confidence": args.confidence,
+             "max_extra": args.k - 1 if args.max_extra is None else args.max_extra}
+    config = getattr(get("eval_strategy", args.strategy), "Config", None)
+    taken = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    return {key: value for key, value in flags.items() if key in taken}
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:

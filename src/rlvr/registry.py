@@ -17,6 +17,7 @@ from typing import Any, Callable, TypeVar
 KINDS = (
     "selector", "sampler", "engine", "verifier", "shaper", "filter", "advantage",
     "weighting", "loss", "optimizer", "task", "teacher", "environment", "tracker",
+    "eval_strategy",
 )
 
 # Modules whose import registers the built-in plug-ins of each kind (named, not imported: the
@@ -36,6 +37,7 @@ _BUILTIN_MODULES = {
     "teacher": ("rlvr.rewards.teacher",),
     "environment": ("rlvr.envs",),
     "tracker": ("rlvr.train.trackers",),
+    "eval_strategy": ("rlvr.eval.strategies",),
 }
 
 

@@ -26,9 +26,8 @@ def heldout(task: Any, n: int, seed: int) -> list:
 
 def evaluate_policy(model: torch.nn.Module, tokenizer: Any, task: Any, problems: list, cfg: Config,
                     k: int, outcomes: list | None = None) -> dict[str, float]:
-    from rlvr.eval import evaluate
-    return evaluate(model, tokenizer, task, problems, k=k, max_new_tokens=cfg.rollout.max_new_tokens,
-                    temperature=cfg.rollout.temperature, seed=cfg.run.seed, outcomes=outcomes)
+    from rlvr.eval.strategies import evaluate_under
+    return evaluate_under(model, tokenizer, task, problems, cfg, k, outcomes)
 
 
 def evaluate_run(trainer: Runnable, task: Any, problems: list, cfg: Config,
@@ -187,11 +186,14 @@ def _before_after(before: dict | None, after: dict) -> dict[str, Any]:
 def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k: int = 8,
                   max_new_tokens: int = 48, seed: int = 0, strategy: str = "standard",
                   cas: dict[str, Any] | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Evaluate a saved model folder, or the latest checkpoint of a run folder. ``strategy='cas'``
-    runs CAS with ``cas`` (``rlvr.eval.cas.CASConfig`` fields) against majority voting at equal budget.
+    """Evaluate a saved model folder, or the latest checkpoint of a run folder, with the registered
+    ``eval_strategy`` named ``strategy`` built with the options ``cas`` (its ``Config`` fields: for
+    ``'cas'``, ``rlvr.eval.cas.CASConfig``'s; CAS runs against majority voting at equal budget).
     ``overrides`` (``key.sub=value``) apply to the run's config, or to the defaults with ``task``."""
     from rlvr.models import load_model, load_tokenizer
+    from rlvr.registry import build
     from rlvr.train.config import load_config, replace
+    how = build("eval_strategy", strategy, **dict(cas or {}))  # an unknown name or option fails before loading
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built
         from rlvr.train.run_policy import load_run_policy
@@ -204,20 +206,7 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
     task_obj = build_task(cfg)
     with verifier_pool(cfg.rollout.verify_workers, prestart=uses_pool(task_obj),
                        memory_mb=cfg.rollout.verify_memory_mb):
-        result = _evaluate(model, tokenizer, task_obj, cfg, strategy, problems, k, max_new_tokens, seed, cas)
+        result = how.evaluate(model, tokenizer, task_obj, heldout(task_obj, problems, seed), cfg, k=k, seed=seed)
     return {"model": str(folder), "problems": problems, **result}
 
 
-def _evaluate(model: Any, tokenizer: Any, task_obj: Any, cfg: Config, strategy: str, problems: int, k: int,
-              max_new_tokens: int, seed: int, cas: dict[str, Any] | None) -> dict[str, Any]:
-    if strategy == "cas":
-        from rlvr.eval.cas import CASConfig, cas_evaluate
-        from rlvr.registry import make_config
-        result = cas_evaluate(model, tokenizer, task_obj, heldout(task_obj, problems, seed),
-                              make_config(CASConfig, dict(cas or {}), where="eval --strategy cas"),
-                              max_new_tokens=max_new_tokens, temperature=cfg.rollout.temperature, seed=seed)
-    elif strategy == "standard":
-        result = evaluate_policy(model, tokenizer, task_obj, heldout(task_obj, problems, seed), cfg, k)
-    else:
-        raise ValueError(f"evaluate: unknown strategy '{strategy}'; valid: standard, cas")
-    return result
