@@ -18,7 +18,7 @@ from rlvr.ops import masked_mean
 from rlvr.registry import make_config, param, register
 from rlvr.rewards.base import RewardShaper
 from rlvr.rewards.pairwise_judge import DEFAULT_PAIR_TEMPLATE, PairwiseJudge
-from rlvr.rewards.teacher import ChatClient, ChatConfig
+from rlvr.rewards.chat_client import ChatClient, ChatConfig
 from rlvr.rewards.consensus import (agreement_counts, answer_keys, consensus_metrics, gold_metrics, groups,
                                     majority_labels, parsed_answers, with_pseudo_reward)
 from rlvr.types import BatchError, Rollouts
@@ -40,9 +40,9 @@ class OMGRPOConfig:
                                  "both solutions with judge_template, greedy) | small_llm (a named model: "
                                  "judge_model, or the callable judge_fn) | self_certainty (no judgement: the "
                                  "rollout with the higher mean token log-prob wins; no generation)")
-    judge_model: dict = param({}, "judge=small_llm: the model, as teacher-client settings {backend: http | hf, "
+    judge_model: dict = param({}, "judge=small_llm: the model, as chat-client settings {backend: http | hf, "
                                   "base_url, model, model_path, api_key_env, timeout_s, ...} "
-                                  "(rlvr.rewards.teacher.ChatConfig)")
+                                  "(rlvr.rewards.chat_client.ChatConfig)")
     judge_fn: str = param("", "judge=small_llm without judge_model: 'pkg.module:function' taking (problem, "
                               "text_a, text_b) and returning P(a is sounder) in [0, 1]")
     judge_template: str = param(DEFAULT_PAIR_TEMPLATE, "the pairwise prompt; fields {problem}, {a}, {b}; the "
@@ -134,7 +134,7 @@ class OMGRPO(RewardShaper):
     the problem and both solutions (``judge_template``) and answers "better: A|B" greedily, asked in
     both orders and averaged (:class:`rlvr.rewards.pairwise_judge.PairwiseJudge`; an unparsable or
     failed verdict is a tie). ``small_llm`` asks a named model the same way (``judge_model``: an HTTP
-    server or a local checkpoint, through the teachers' ``ChatClient``) or calls a user function
+    server or a local checkpoint, through ``rlvr.rewards.chat_client.ChatClient``) or calls a user function
     (``judge_fn``). ``self_certainty`` is the old no-generation rule, kept as an explicit option: the
     rollout with the higher mean token log-prob wins (self-certainty, not a judgement of reasoning).
 

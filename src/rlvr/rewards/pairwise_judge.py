@@ -1,7 +1,7 @@
 """Pairwise judgements: a language model is shown two solutions of one problem and names the sounder one.
 
 Used by OM-GRPO's contrast term (``rlvr.rewards.om_grpo``); the model is reached through the
-teachers' :class:`~rlvr.rewards.teacher.ChatClient` (an OpenAI-compatible HTTP server, a local
+:class:`~rlvr.rewards.chat_client.ChatClient` (an OpenAI-compatible HTTP server, a local
 checkpoint, or the policy itself passed in).
 """
 
@@ -11,7 +11,7 @@ import re
 import threading
 from typing import Any
 
-from rlvr.rewards.teacher import ChatClient
+from rlvr.rewards.chat_client import ChatClient
 from rlvr.types import Problem
 
 DEFAULT_PAIR_TEMPLATE = (

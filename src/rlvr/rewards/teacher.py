@@ -7,10 +7,10 @@ A :class:`Teacher` maps ``(problem, completion)`` to the 0-based index of the fi
   tasks separate steps by ``;`` and count the ``#answer`` segment as the last step);
 * :class:`LLMTeacher` prompts a language model — a local Hugging Face checkpoint (``backend='hf'``)
   or an OpenAI-compatible HTTP server (``backend='http'``, ``POST <base_url>/v1/chat/completions``)
-  — and parses "first wrong step: N" or "none" from its reply. It never raises into the training
-  loop: a timeout, a transport error or an unparsable reply falls back to ``None`` (no mistake,
-  which leaves the row's GRPO advantage unchanged under cliff's ``mode='group'``) and is counted
-  in ``teacher.stats``.
+  — through :class:`rlvr.rewards.chat_client.ChatClient`, and parses "first wrong step: N" or "none"
+  from its reply. It never raises into the training loop: a timeout, a transport error or an
+  unparsable reply falls back to ``None`` (no mistake, which leaves the row's GRPO advantage
+  unchanged under cliff's ``mode='group'``) and is counted in ``teacher.stats``.
 
 :func:`first_mistake_tokens` turns the teachers' step indices into token indices (N,) for
 ``AdvantageInputs.first_mistake``.
@@ -18,13 +18,8 @@ A :class:`Teacher` maps ``(problem, completion)`` to the 0-based index of the fi
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import threading
-import time
-import urllib.error
-import urllib.request
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +29,7 @@ import torch
 from torch import Tensor
 
 from rlvr.plugin import Plugin
+from rlvr.rewards.chat_client import ChatClient, ChatConfig, ChatTimeout
 from rlvr.registry import RegistryError, get, make_config, param, register
 from rlvr.types import BatchError, Problem
 
@@ -107,103 +103,6 @@ DEFAULT_TEMPLATE = (
     "Which step is the first one that contains an error? Answer with one line, exactly "
     "'first wrong step: N' (N = the step number) or 'first wrong step: none' if every step is correct."
 )
-BACKENDS = ("http", "hf")
-
-
-@dataclass(frozen=True)
-class ChatConfig:
-    """How to reach a language model that answers one prompt: an HTTP server or a local checkpoint."""
-
-    backend: str = param("http", "'http' (OpenAI-compatible chat completions server) or 'hf' (local checkpoint)")
-    base_url: str = param("http://127.0.0.1:8000/v1", "http: server address, with or without the trailing /v1")
-    model: str = param("", "http: the model name sent in the request")
-    api_key_env: str = param("OPENAI_API_KEY", "http: environment variable holding the API key "
-                                               "(unset = no Authorization header, fine for local servers)")
-    model_path: str = param("", "hf: local Hugging Face checkpoint folder of the teacher")
-    device: str = param("auto", "hf: torch device of the teacher ('auto' = cuda when available, else cpu)")
-    timeout_s: float = param(60.0, "http: socket timeout per request; hf: generation time limit (max_time)")
-    max_new_tokens: int = param(256, "longest teacher reply, in tokens")
-    temperature: float = param(0.0, "sampling temperature (0 = greedy)")
-    max_workers: int = param(8, "http: requests in flight at once")
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"chat model: backend must be one of {BACKENDS}, got '{self.backend}'")
-        if self.timeout_s <= 0 or self.max_new_tokens < 1 or self.max_workers < 1:
-            raise ValueError("chat model: timeout_s must be > 0, max_new_tokens and max_workers >= 1")
-
-    def check_source(self, where: str) -> None:
-        """A clear error unless the model is named: ``model`` for http, ``model_path`` for hf."""
-        if self.backend == "http" and not self.model:
-            raise ValueError(f"{where}: backend 'http' needs `model` (the served model's name)")
-        if self.backend == "hf" and not self.model_path:
-            raise ValueError(f"{where}: backend 'hf' needs `model_path` (a local checkpoint folder)")
-
-
-class ChatClient:
-    """Sends one prompt to the model of a :class:`ChatConfig` and returns its reply text.
-
-    ``backend='http'``: ``POST <base_url>/v1/chat/completions``. ``backend='hf'``: generation with a
-    local checkpoint (``model_path``), or with ``model``/``tokenizer`` passed in (e.g. the policy).
-    A reply cut by the time limit raises :class:`TeacherTimeout` unless ``accept(reply)`` says the
-    part received is usable. Transport errors propagate: callers decide the fallback.
-    """
-
-    def __init__(self, config: ChatConfig, model: Any = None, tokenizer: Any = None,
-                 accept: Any = None) -> None:
-        self.config, self._model, self._tokenizer = config, model, tokenizer
-        self.accept = accept or (lambda reply: False)
-
-    def ask(self, prompt: str) -> str:
-        return self._ask_http(prompt) if self.config.backend == "http" else self._ask_hf(prompt)
-
-    def _ask_http(self, prompt: str) -> str:
-        cfg = self.config
-        body = {"model": cfg.model, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(chat_url(cfg.base_url), data=json.dumps(body).encode("utf-8"),
-                                         headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=cfg.timeout_s) as response:
-                payload = json.loads(response.read().decode("utf-8"))
-        except TimeoutError as err:
-            raise TeacherTimeout(f"no answer within {cfg.timeout_s}s") from err
-        except urllib.error.URLError as err:
-            if isinstance(err.reason, TimeoutError):
-                raise TeacherTimeout(f"no answer within {cfg.timeout_s}s") from err
-            raise
-        return str(payload["choices"][0]["message"]["content"])
-
-    def _ask_hf(self, prompt: str) -> str:
-        model, tokenizer = self._load()
-        from rlvr.models import format_prompt  # lazy: transformers is heavy
-
-        enc = tokenizer(format_prompt(tokenizer, prompt), return_tensors="pt").to(model.device)
-        cfg = self.config
-        start = time.monotonic()
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=cfg.max_new_tokens, max_time=cfg.timeout_s,
-                                 do_sample=cfg.temperature > 0, temperature=cfg.temperature or None,
-                                 pad_token_id=tokenizer.pad_token_id)
-        reply = tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        if time.monotonic() - start >= cfg.timeout_s and not self.accept(reply):
-            raise TeacherTimeout(f"generation hit max_time={cfg.timeout_s}s")
-        return reply
-
-    def _load(self) -> tuple[Any, Any]:
-        if self._model is None or self._tokenizer is None:
-            from rlvr.models import load_model, load_tokenizer
-
-            device = self.config.device
-            if device == "auto":
-                device = "cuda" if torch.cuda.is_available() else "cpu"
-            self._tokenizer = self._tokenizer or load_tokenizer(self.config.model_path)
-            self._model = (self._model or load_model(self.config.model_path)).to(device).eval()
-        return self._model, self._tokenizer
 
 
 @dataclass(frozen=True)
@@ -224,10 +123,6 @@ class LLMTeacherConfig(ChatConfig):
         self.check_source("teacher 'llm'")
         if not self.step_separator:
             raise ValueError("teacher 'llm': step_separator must be a non-empty string")
-
-
-class TeacherTimeout(Exception):
-    """The teacher did not answer in time (internal: turned into the fallback)."""
 
 
 @register("teacher", "llm")
@@ -262,7 +157,7 @@ class LLMTeacher(Teacher):
         num_steps = len(completion.split(self.config.step_separator))
         try:
             reply = self._ask(self.prompt(problem, completion))
-        except TeacherTimeout as err:
+        except ChatTimeout as err:
             return self._fallback("timeout", str(err))
         except Exception as err:  # noqa: BLE001 — a teacher failure must not stop training
             return self._fallback("error", f"{type(err).__name__}: {err}")
@@ -285,12 +180,6 @@ class LLMTeacher(Teacher):
 
     def _ask(self, prompt: str) -> str:
         return self.client.ask(prompt)
-
-
-def chat_url(base_url: str) -> str:
-    """``<base_url>/v1/chat/completions``, not doubling a ``/v1`` the base URL already ends with."""
-    base = base_url.rstrip("/")
-    return f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
 
 
 _VERDICT = re.compile(

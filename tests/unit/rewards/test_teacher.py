@@ -13,8 +13,9 @@ import torch
 
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.registry import RegistryError
+from rlvr.rewards.chat_client import chat_url
 from rlvr.rewards.teacher import (LLMTeacher, LLMTeacherConfig, OracleTeacher, Teacher, _token_of_step,
-                                  build_teacher, chat_url, first_mistake_tokens, parse_verdict)
+                                  build_teacher, first_mistake_tokens, parse_verdict)
 from rlvr.tasks import Arithmetic
 from rlvr.types import Problem
 
