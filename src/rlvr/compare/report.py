@@ -25,6 +25,7 @@ from typing import Any, Callable
 from rlvr.compare.plots import write_figures, write_paired_figure
 from rlvr.compare.problem_pairs import compact_outcomes, problem_lines, problem_table
 from rlvr.compare.stats import mean_ci, paired_difference
+from rlvr.files import write_text_atomic
 from rlvr.train.logging import read_metrics
 
 FINAL_FRACTION = 0.1
@@ -201,13 +202,13 @@ def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[s
                "problem_pairs": problem_table(records, methods, baseline, ["accuracy_after", *k_metrics], LOWER)}
     if power_of is not None:  # the runner's: pooled SD and MDE per claim metric (rlvr.compare.power)
         results["power"] = power_of(records)
-    _write_text(out / "results.json", json.dumps(results, indent=2))
+    write_text_atomic(out / "results.json", json.dumps(results, indent=2))
     finished = {m: [(rec, rows) for rec, rows in pairs if rec["method"] == m and rec["status"] == "done"]
                 for m in methods}
     figures = write_figures(out, {m: items for m, items in finished.items() if items}, smooth=smooth)
     if results["paired"]["methods"]:
         figures.append(write_paired_figure(out, results["paired"]))
-    _write_text(out / "results.md", render_markdown(results, [p.name for p in figures]))
+    write_text_atomic(out / "results.md", render_markdown(results, [p.name for p in figures]))
     return results
 
 
@@ -375,9 +376,3 @@ def _failure_lines(records: list[dict[str, Any]]) -> list[str]:
         error = error if len(error) <= 400 else error[:400] + " …"
         lines.append(f"- {r['method']} seed {r['seed']}: {r['status']} — {error}")
     return lines
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

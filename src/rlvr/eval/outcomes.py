@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from rlvr.files import write_text_atomic
 
 from rlvr.types import Problem, Score
 
@@ -52,10 +53,7 @@ def write_outcomes(run_dir: str | Path, before: list[dict] | None, after: list[d
     path = Path(run_dir) / OUTCOMES
     lines = [json.dumps({"phase": phase, **row}) for phase, rows in (("before", before or []), ("after", after))
              for row in rows]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def read_outcomes(run_dir: str | Path, phase: str = "after") -> list[dict[str, Any]] | None:

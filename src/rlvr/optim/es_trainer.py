@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from rlvr.analysis.diversity import bernoulli, js_diversity
 from rlvr.models import render_prompt
@@ -24,7 +23,7 @@ from rlvr.tasks import verify_all
 from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import load_checkpoint, save_checkpoint
 from rlvr.train.collect import step_seed
-from rlvr.train.config import Config, to_dict
+from rlvr.train.config import Config, write_config
 from rlvr.train.logging import PhaseTimer
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 
@@ -200,5 +199,4 @@ class ESTrainer:
         return hasattr(sel, "state_dict") and hasattr(sel, "load_state_dict")
 
     def _write_run_files(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False))
+        write_config(self.run_dir, self.cfg)

@@ -20,12 +20,12 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
-import yaml
 
 from rlvr.optim.base import OptimizerPlugin
 from rlvr.optim.merging import GRANULARITIES, LayerwiseMerge
 from rlvr.registry import param, register
 from rlvr.train.callbacks import run_callbacks
+from rlvr.train.config import write_config
 from rlvr.train.loop import StepOutput, counters, run_loop
 
 
@@ -160,12 +160,6 @@ def save_policy_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, sta
     from rlvr.train.checkpoint import save_checkpoint
     empty = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
     return save_checkpoint(run_dir, step, model, empty, state)
-
-
-def write_config(run_dir: Path, cfg: Any) -> None:
-    from rlvr.train.config import to_dict
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 class LocalTrainer:

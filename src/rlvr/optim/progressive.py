@@ -23,13 +23,15 @@ import torch
 from torch import Tensor
 
 from rlvr.ops import masked_mean
+from rlvr.files import write_atomic, write_text_atomic
 from rlvr.optim.base import OptimizerPlugin
-from rlvr.optim.hyper_es import LocalTrainer, save_policy_checkpoint, write_config
+from rlvr.optim.hyper_es import LocalTrainer, save_policy_checkpoint
 from rlvr.optim.quantize import Quantized, dequantize, quantize
 from rlvr.optim.tinylora import (
     TIES, TinyLoRAConfig, adapter_vector, apply_tinylora, load_adapter_vector, merged_copy,
 )
 from rlvr.registry import param, register
+from rlvr.train.config import write_config
 from rlvr.train.loop import StepOutput, run_loop
 
 ESTIMATORS = ("sampled", "full")
@@ -261,11 +263,10 @@ def save_adapter(folder: Path, q: Quantized, info: dict[str, Any], cfg: Any) -> 
     run config; written through temporary names so a crash leaves no half adapter."""
     from safetensors.torch import save_file
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({"codes": q.codes.to(torch.int32).contiguous()}, str(folder / "codes.safetensors.tmp"))
-    (folder / "codes.safetensors.tmp").replace(folder / "codes.safetensors")
+    codes = {"codes": q.codes.to(torch.int32).contiguous()}
+    write_atomic(folder / "codes.safetensors", lambda tmp: save_file(codes, str(tmp)))
     write_config(folder, cfg)
-    (folder / "adapter.json.tmp").write_text(json.dumps(info, indent=1))
-    (folder / "adapter.json.tmp").replace(folder / "adapter.json")
+    write_text_atomic(folder / "adapter.json", json.dumps(info, indent=1))
 
 
 def adapter_folder(path: str | Path) -> Path:

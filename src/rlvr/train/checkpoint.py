@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from rlvr.files import write_atomic, write_text_atomic
 from rlvr.notice import notice
 from rlvr.train.tensor_file import save_file
 
@@ -73,7 +74,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Weights, optimizer: O
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _move_into_place(tmp, final)
-    _write_text_atomic(root / "latest", final.name)
+    write_text_atomic(root / "latest", final.name, fsync=True)
     _prune(root, keep, final)
     return final
 
@@ -118,9 +119,8 @@ def save_weights(folder: str | Path, model: Weights) -> Path:
     may be its full state dict, gathered beforehand)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / "model.safetensors.tmp"
-    _save_file(_detached(model if isinstance(model, dict) else model.state_dict()), tmp)
-    os.replace(tmp, folder / "model.safetensors")
+    weights = _detached(model if isinstance(model, dict) else model.state_dict())
+    write_atomic(folder / "model.safetensors", lambda tmp: _save_file(weights, tmp))
     return folder
 
 
@@ -343,12 +343,6 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, (set, tuple)):
         return list(obj)
     raise TypeError(f"cannot store {type(obj).__name__} in a checkpoint's JSON")
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    _write_file(tmp, text)
-    os.replace(tmp, path)
 
 
 def _prune(root: Path, keep: int, current: Path) -> None:

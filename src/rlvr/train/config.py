@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from rlvr.aggregation import Aggregation
+from rlvr.files import write_text_atomic
 from rlvr.models.lora_spec import LoraSpec
 from rlvr.registry import param
 from rlvr.train.ranges import check_ranges
@@ -561,6 +562,21 @@ def to_dict(cfg: Any) -> Any:
     if isinstance(cfg, dict):
         return {k: to_dict(v) for k, v in cfg.items()}
     return cfg
+
+
+CONFIG_FILE = "config.yaml"  # RUN/config.yaml: the config a run (or a saved adapter) was made with
+
+
+def config_text(cfg: Any) -> str:
+    """The YAML of ``cfg`` as ``RUN/config.yaml`` holds it (``load_config`` reads it back)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def write_config(folder: str | Path, cfg: Any) -> Path:
+    """Write ``FOLDER/config.yaml`` (the folder made if missing), atomically: the one writer of it."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_text_atomic(folder / CONFIG_FILE, config_text(cfg))
 
 
 def replace(cfg: Config, **sections: dict) -> Config:

@@ -132,9 +132,9 @@ BEFORE = "eval_before.json"  # RUN/: the warm start's fields and the evaluation 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
     import json
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+
+    from rlvr.files import write_text_atomic
+    write_text_atomic(path, json.dumps(data, indent=1, default=str))
 
 
 def _recorded_before(run_dir: Path) -> tuple[dict[str, Any], dict | None]:
@@ -165,14 +165,10 @@ def _recorded_before_rows(run_dir: Path) -> list[dict]:
 def _record_resumed_config(cfg: Config) -> None:
     """Rewrite RUN/config.yaml when the resume changed it (overrides of ``rlvr.cli.RESUME_KEYS``, a
     copied or moved folder), so it describes the run as it continues."""
-    import yaml
-    from rlvr.train.config import to_dict
-    path = Path(cfg.run.out_dir) / "config.yaml"
-    text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
-    if not path.is_file() or path.read_text() != text:
-        tmp = path.with_name("config.yaml.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    from rlvr.train.config import CONFIG_FILE, config_text, write_config
+    path = Path(cfg.run.out_dir) / CONFIG_FILE
+    if not path.is_file() or path.read_text() != config_text(cfg):
+        write_config(path.parent, cfg)
 
 
 def _before_after(before: dict | None, after: dict) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from accelerate import Accelerator
 
 from rlvr.collectives import collective_device
 from rlvr.critic import Critic, mc_returns
+from rlvr.files import write_text_atomic
 from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
 from rlvr.models.lora import add_lora, base_state_dict, is_lora, reference_of
@@ -37,7 +37,7 @@ from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.async_collect import AsyncCollector
 from rlvr.train.collect import Collector
-from rlvr.train.config import Config, ConfigError, to_dict
+from rlvr.train.config import Config, ConfigError, write_config
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
 from rlvr.train.logging import PhaseTimer
@@ -353,8 +353,7 @@ class Trainer:
                 else self.sharding.model_state(self.ref_model)
         if not self.acc.is_main_process:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False))
+        write_config(self.run_dir, self.cfg)
         if reference is not None:  # resume needs the exact reference, not a rebuilt one
             save_weights(self.run_dir / "reference", reference)
 
@@ -405,6 +404,4 @@ def _mean_advantage(batch: Rollouts, i: int) -> float | None:
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
     path = Path(run_dir) / "summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(summary, indent=2))
