@@ -9,9 +9,11 @@ import sys
 from typing import Any
 
 from rlvr.registry import KINDS
+from rlvr.train.memory import bound_kernel_caches
 
 
 def main(argv: list[str] | None = None) -> int:
+    bound_kernel_caches()  # before any matrix product: resident memory stays level (issue 46)
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning with verifiable rewards.")
     sub = parser.add_subparsers(dest="command", required=True)
     _training_commands(sub)

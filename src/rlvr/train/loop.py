@@ -33,6 +33,7 @@ from rlvr.train.callbacks import Callbacks
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.config import to_dict
 from rlvr.train.logging import RunLogger
+from rlvr.train.memory import step_memory
 
 
 @dataclass
@@ -193,6 +194,7 @@ def end_step(loop: TrainingLoop, metrics: dict[str, float], sampled: int, starte
     loop.rollouts_spent += sampled
     loop.seconds_spent += time.perf_counter() - started
     metrics.update({"rollout/spent": loop.rollouts_spent, "time/elapsed": loop.seconds_spent})
+    metrics.update(step_memory())
     run = loop.cfg.run
     if eval_fn is not None and run.eval_every and loop.step % run.eval_every == 0 and loop.evaluates_here():
         evaluation = eval_fn(loop.policy, loop.step)

@@ -41,6 +41,7 @@ from rlvr.train.config import Config, ConfigError, write_config
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
 from rlvr.train.logging import PhaseTimer
+from rlvr.train.memory import bound_kernel_caches
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.movement import Movement
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
@@ -63,6 +64,7 @@ class Trainer:
         built here when not given."""
         self.cfg = cfg
         self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
+        bound_kernel_caches()  # oneDNN's per-shape caches (rlvr.train.memory); from Python, before any product
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.

@@ -1,0 +1,47 @@
+"""Resident memory of the training process, and a bound on oneDNN's per-shape caches (issue 46).
+
+On CPU, PyTorch runs matrix products (every bfloat16 one under autocast, some float32 ones) through
+oneDNN. Two caches keep what was built for each new input shape: oneDNN's own primitive cache
+(``ONEDNN_PRIMITIVE_CACHE_CAPACITY``) and ideep's (``LRU_CACHE_CAPACITY``), 1024 entries each by default.
+An RL step's shapes change with every batch's prompt and completion lengths (padded rows, packed rows,
+rows leaving the decode batch), so nearly every step adds entries, each up to a few MiB on a real
+model: resident memory climbs step after step until both caches hold 1024 entries. A step reuses a few
+dozen shapes (the same products in every layer, forward and backward), so ``KERNEL_CACHE_ENTRIES``
+keeps those and bounds the rest. Measured in benchmarks/train_memory.py.
+
+Both variables are read once, when the process first uses oneDNN: ``bound_kernel_caches`` must run
+before the first matrix product (the trainer calls it before loading the model) and leaves a value
+the user set alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+KERNEL_CACHE_ENTRIES = 64  # per cache; ideep crashes with 0
+KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+STATUS = Path("/proc/self/status")
+
+
+def bound_kernel_caches(entries: int = KERNEL_CACHE_ENTRIES) -> dict[str, str]:
+    """Set both cache capacities to ``entries`` unless already set; returns the values in force."""
+    return {name: os.environ.setdefault(name, str(entries)) for name in KERNEL_CACHE_VARIABLES}
+
+
+def resident_mb(status: Path = STATUS) -> float | None:
+    """This process's resident set (VmRSS) in MiB, or None where the kernel does not report it."""
+    try:
+        text = status.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024  # reported in kB
+    return None
+
+
+def step_memory() -> dict[str, float]:
+    """A step's memory metric ``memory/rss_mb`` (absent where the kernel does not report it)."""
+    rss = resident_mb()
+    return {} if rss is None else {"memory/rss_mb": round(rss, 1)}

@@ -1,0 +1,102 @@
+"""Resident memory (rlvr.train.memory, issue 46): oneDNN's per-shape caches are bounded from the command
+line, and every step's metrics carry the process's resident memory.
+
+The growth check runs in fresh processes: both cache capacities are read once, at the first oneDNN
+matrix product, so a process that already ran one (this one) cannot show the difference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr.train.loop import run_loop
+from rlvr.train.memory import KERNEL_CACHE_ENTRIES, KERNEL_CACHE_VARIABLES, bound_kernel_caches, resident_mb
+from rlvr.train.logging import read_metrics
+from tests.unit.train.test_loop import _loop
+
+SHAPES = 150  # distinct input shapes, each one linear forward and backward in bfloat16 (3 products)
+FILLED = 50  # by then a bounded cache (64 entries each) is full: 3 new entries per shape
+
+# Heap in use (glibc mallinfo2) after FILLED and after SHAPES shapes; with CLI=1 the command line's
+# entry point runs first (it bounds the caches before parsing its arguments).
+GROWTH = """
+import contextlib, ctypes, io, json, os, sys
+import torch, torch.nn.functional as F
+if os.environ["CLI"] == "1":
+    from rlvr.cli import main
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(["--help"])
+torch.set_num_threads(1)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+w = torch.randn(1536, 576, dtype=torch.bfloat16, requires_grad=True)
+used = {}
+for i in range(%(shapes)d):
+    x = torch.randn(32 + i, 576, dtype=torch.bfloat16, requires_grad=True)
+    F.linear(x, w).sum().backward()
+    if i + 1 in (%(filled)d, %(shapes)d):
+        used[i + 1] = libc.mallinfo2().uordblks
+print(json.dumps({"growth_mb": (used[%(shapes)d] - used[%(filled)d]) / 2**20,
+                  "set": {k: os.environ.get(k) for k in %(names)r}}))
+""" % {"shapes": SHAPES, "filled": FILLED, "names": KERNEL_CACHE_VARIABLES}
+
+
+def _has_mallinfo2() -> bool:
+    try:
+        return hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2")
+    except OSError:
+        return False
+
+
+def _growth(cli: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHE_VARIABLES}
+    env.update(CLI="1" if cli else "0", OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", GROWTH], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not _has_mallinfo2(), reason="needs glibc >= 2.33 (mallinfo2)")
+def test_the_command_line_bounds_onednn_caches_so_new_shapes_stop_adding_memory():
+    unbounded, bounded = _growth(cli=False), _growth(cli=True)
+    if unbounded["growth_mb"] < 10:
+        pytest.skip(f"this CPU's bfloat16 products keep no per-shape cache ({unbounded['growth_mb']:.1f} MiB "
+                    f"over {SHAPES - FILLED} new shapes)")
+    assert bounded["set"] == {name: str(KERNEL_CACHE_ENTRIES) for name in KERNEL_CACHE_VARIABLES}
+    # once full, a bounded cache evicts an entry for each one it adds: at most a tenth of the growth remains
+    assert bounded["growth_mb"] < unbounded["growth_mb"] / 10, (bounded, unbounded)
+
+
+def test_a_capacity_the_user_set_is_kept(monkeypatch):
+    monkeypatch.setenv(KERNEL_CACHE_VARIABLES[0], "7")
+    monkeypatch.delenv(KERNEL_CACHE_VARIABLES[1], raising=False)
+    assert bound_kernel_caches() == {KERNEL_CACHE_VARIABLES[0]: "7", KERNEL_CACHE_VARIABLES[1]: str(KERNEL_CACHE_ENTRIES)}
+    assert os.environ[KERNEL_CACHE_VARIABLES[1]] == str(KERNEL_CACHE_ENTRIES)
+
+
+def test_resident_memory_is_read_from_the_status_file(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmPeak:\t 9000 kB\nVmRSS:\t  204800 kB\nThreads:\t1\n")
+    assert resident_mb(status) == 200.0
+    assert resident_mb(tmp_path / "absent") is None
+    status.write_text("Name:\tpython\n")
+    assert resident_mb(status) is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="no /proc (not Linux)")
+def test_every_step_logs_resident_memory(tmp_path):
+    loop, _, _ = _loop(tmp_path, ["run.steps=3"])
+    run_loop(loop)
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["memory/rss_mb"] > 1 for r in rows)  # a Python process with torch loaded holds more than 1 MiB
