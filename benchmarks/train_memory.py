@@ -4,9 +4,11 @@
         [--precision bf16] [--unbounded] [-- extra overrides]
 
 Runs GRPO on reasoning-gym's basic_arithmetic (last-number answers, no warm start, one thread) in a
-subprocess and prints JSON: the ``memory/rss_mb`` series every step logs, and the mean growth per step
-after step 10 (MiB). ``--unbounded`` removes the bound on oneDNN's per-shape caches (rlvr.train.memory)
-to show what it prevents. Needs the reasoning-gym extra.
+subprocess and prints JSON: the ``memory/rss_mb`` and ``memory/heap_in_use_mb`` series every step logs
+(glibc keeps freed heap pages resident, so RSS moves in jumps that the heap in use does not show), and
+their mean growth per step after step 10 (MiB). ``--unbounded`` gives oneDNN's per-shape caches their
+default 1024 entries (rlvr.train.memory bounds them) to show what the bound prevents. Needs the
+reasoning-gym extra.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def overrides(args: argparse.Namespace, out_dir: str) -> list[str]:
     return [f"model.path={args.model}", "task.name=reasoning_gym", "task.params.dataset=basic_arithmetic",
             "task.params.answer_format=last_number", "warm_start.steps=0", "run.threads=1",
             f"rollout.prompts_per_step={args.prompts}", f"rollout.group_size={args.group}",
-            f"rollout.max_new_tokens={args.max_new_tokens}", f"run.mixed_precision={args.precision}",
+            f"rollout.max_new_tokens={args.max_new_tokens}", f"run.mixed_precision='{args.precision}'",
             f"run.steps={args.steps}", "run.eval_every=0", "run.save_every=0", "run.eval_problems=4",
             f"run.out_dir={out_dir}", *args.extra]
 
@@ -56,11 +58,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         subprocess.run([sys.executable, "-m", "rlvr", "train", "configs/methods/grpo.yaml",
-                        *overrides(args, str(run))], env=env, check=True, cwd=Path(__file__).parents[1])
+                        *overrides(args, str(run))], env=env, check=True, cwd=Path(__file__).parents[1],
+                       stdout=subprocess.DEVNULL)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    series = [r["memory/rss_mb"] for r in rows if "memory/rss_mb" in r]
+    series = {name: [r[f"memory/{name}"] for r in rows if f"memory/{name}" in r]
+              for name in ("rss_mb", "heap_in_use_mb")}
     step_s = sorted(r["time/elapsed"] - p["time/elapsed"] for p, r in zip(rows, rows[1:]))
-    print(json.dumps({"rss_mb": series, "growth_mb_per_step_after_10": growth_per_step(series),
+    print(json.dumps({**series, "growth_mb_per_step_after_10": {k: growth_per_step(v) for k, v in series.items()},
                       "median_step_s": step_s[len(step_s) // 2] if step_s else None,
                       "unbounded": args.unbounded, "steps": args.steps}))
 

@@ -126,7 +126,7 @@ def test_resume_is_exact(tmp_path, monkeypatch, advantage):
     assert (tmp_path / "crash" / "reference" / "model.safetensors").exists()
 
     def strip(rows):
-        return [{k: v for k, v in r.items() if not k.startswith(("timing/", "time/"))} for r in rows]
+        return [{k: v for k, v in r.items() if not k.startswith(("timing/", "time/", "memory/"))} for r in rows]
 
     assert strip(read_metrics(tmp_path / "crash")) == strip(read_metrics(tmp_path / "full"))
 

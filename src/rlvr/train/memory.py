@@ -16,8 +16,11 @@ the user set alone.
 
 from __future__ import annotations
 
+import ctypes
 import os
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 KERNEL_CACHE_ENTRIES = 64  # per cache; ideep crashes with 0
 KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
@@ -41,7 +44,34 @@ def resident_mb(status: Path = STATUS) -> float | None:
     return None
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+@lru_cache(maxsize=1)
+def _mallinfo2() -> Any:
+    """glibc's ``mallinfo2`` (glibc >= 2.33), or None."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
+
+
+def heap_in_use_mb() -> float | None:
+    """MiB of malloc's heap in use (mmap'd blocks included), or None where not glibc >= 2.33. Unlike the
+    resident set it does not count freed pages the heap keeps, so it shows growth that RSS hides."""
+    fn = _mallinfo2()
+    if fn is None:
+        return None
+    info = fn()
+    return (info.uordblks + info.hblkhd) / 2**20
+
+
 def step_memory() -> dict[str, float]:
-    """A step's memory metric ``memory/rss_mb`` (absent where the kernel does not report it)."""
-    rss = resident_mb()
-    return {} if rss is None else {"memory/rss_mb": round(rss, 1)}
+    """A step's memory metrics: ``memory/rss_mb`` and ``memory/heap_in_use_mb`` (each absent where this
+    system does not report it)."""
+    values = {"memory/rss_mb": resident_mb(), "memory/heap_in_use_mb": heap_in_use_mb()}
+    return {name: round(v, 1) for name, v in values.items() if v is not None}

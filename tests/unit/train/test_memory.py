@@ -1,5 +1,5 @@
 """Resident memory (rlvr.train.memory, issue 46): oneDNN's per-shape caches are bounded from the command
-line, and every step's metrics carry the process's resident memory.
+line, and every step's metrics carry the process's resident memory and glibc's heap in use.
 
 The growth check runs in fresh processes: both cache capacities are read once, at the first oneDNN
 matrix product, so a process that already ran one (this one) cannot show the difference.
@@ -80,7 +80,8 @@ def test_the_command_line_bounds_onednn_caches_so_new_shapes_stop_adding_memory(
 def test_a_capacity_the_user_set_is_kept(monkeypatch):
     monkeypatch.setenv(KERNEL_CACHE_VARIABLES[0], "7")
     monkeypatch.delenv(KERNEL_CACHE_VARIABLES[1], raising=False)
-    assert bound_kernel_caches() == {KERNEL_CACHE_VARIABLES[0]: "7", KERNEL_CACHE_VARIABLES[1]: str(KERNEL_CACHE_ENTRIES)}
+    first, second = KERNEL_CACHE_VARIABLES
+    assert bound_kernel_caches() == {first: "7", second: str(KERNEL_CACHE_ENTRIES)}
     assert os.environ[KERNEL_CACHE_VARIABLES[1]] == str(KERNEL_CACHE_ENTRIES)
 
 
@@ -100,3 +101,5 @@ def test_every_step_logs_resident_memory(tmp_path):
     rows = read_metrics(tmp_path)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["memory/rss_mb"] > 1 for r in rows)  # a Python process with torch loaded holds more than 1 MiB
+    if _has_mallinfo2():
+        assert all(0 < r["memory/heap_in_use_mb"] for r in rows)
