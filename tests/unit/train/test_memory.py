@@ -69,12 +69,12 @@ def _growth(cli: bool) -> dict:
 @pytest.mark.skipif(not _has_mallinfo2(), reason="needs glibc >= 2.33 (mallinfo2)")
 def test_the_command_line_bounds_onednn_caches_so_new_shapes_stop_adding_memory():
     unbounded, bounded = _growth(cli=False), _growth(cli=True)
-    if unbounded["growth_mb"] < 10:
-        pytest.skip(f"this CPU's bfloat16 products keep no per-shape cache ({unbounded['growth_mb']:.1f} MiB "
-                    f"over {SHAPES - FILLED} new shapes)")
     assert bounded["set"] == {name: str(KERNEL_CACHE_ENTRIES) for name in KERNEL_CACHE_VARIABLES}
-    # once full, a bounded cache evicts an entry for each one it adds: at most a tenth of the growth remains
-    assert bounded["growth_mb"] < unbounded["growth_mb"] / 10, (bounded, unbounded)
+    # Once full, a bounded cache evicts an entry for each one it adds: at most a tenth of the unbounded
+    # growth remains (167 MiB unbounded, 0.2 MiB bounded on an AMD EPYC). Where this processor's bf16
+    # products keep no per-shape cache (oneDNN capped below AVX-512, as in `make test-other-rounding`)
+    # neither run grows, and the bounded one must still stay within 1 MiB.
+    assert bounded["growth_mb"] < max(unbounded["growth_mb"] / 10, 1.0), (bounded, unbounded)
 
 
 def test_a_capacity_the_user_set_is_kept(monkeypatch):
