@@ -45,6 +45,54 @@ def run_fixed(trainer: Trainer, mask_cut: bool = False, savings: bool = False) -
             "padding": metrics["update/padding_frac"]}
 
 
+GEN_PROMPTS = [["12+7=", "9*3=", "347+285="], ["1", "40-2=", "5*5*5="]]  # rank 0's prompts, rank 1's
+GEN_TOKENS = 12
+
+
+def run_generate(trainer: Trainer) -> dict:
+    """Greedy decoding of rank r's prompts to ``GEN_TOKENS`` tokens under the trainer's lock-step (one
+    process: both ranks' calls), counting FSDP2's parameter all-gathers (one per parameter group each)."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    from rlvr.rollout.hf import encode_prompts, generate_ids
+    for m in trainer.policy.modules():  # the root's lazy set-up (its first forward's), before the settings
+        if isinstance(m, FSDPModule):
+            m._get_fsdp_state()._lazy_init()
+            break
+    reshards = [_reshard_settings(trainer.policy)]  # before and after the generate calls
+    gathers, real = [0], _fsdp_param_group.foreach_all_gather
+
+    def counted(*args, **kwargs):
+        gathers[0] += 1
+        return real(*args, **kwargs)
+
+    _fsdp_param_group.foreach_all_gather = counted
+    ranks = [trainer.acc.process_index] if trainer.acc.num_processes > 1 else list(range(len(GEN_PROMPTS)))
+    tokens, per_call = [], []
+    try:
+        with trainer.lockstep():
+            for r in ranks:
+                ids, mask = encode_prompts(trainer.tokenizer, GEN_PROMPTS[r])
+                before = gathers[0]
+                out = generate_ids(trainer.policy, trainer.tokenizer, ids, mask, max_new_tokens=GEN_TOKENS,
+                                   do_sample=False)
+                per_call.append(gathers[0] - before)
+                tokens.append(out.completion_ids.tolist())
+    finally:
+        _fsdp_param_group.foreach_all_gather = real
+    reshards.append(_reshard_settings(trainer.policy))
+    return {"tokens": tokens, "gathers_per_call": per_call, "param_groups": len(reshards[0]), "reshards": reshards}
+
+
+def _reshard_settings(model: torch.nn.Module) -> list[bool]:
+    """Whether each FSDP parameter group reshards after forward (a state may own several modules)."""
+    from torch.distributed.fsdp import FSDPModule
+    groups = {id(g): g for m in model.modules() if isinstance(m, FSDPModule)
+              for g in m._get_fsdp_state()._fsdp_param_groups}
+    return [g.post_forward_mesh_info is not None for g in groups.values()]
+
+
 class StopOnLastRank:
     """Asks to stop at step 1 on the last rank only: every rank must stop there together."""
 
@@ -60,6 +108,7 @@ MODES = {
                   "algorithm.aggregation.mode=seq-mean-token-sum"],
     "stop": ["run.steps=3", "run.callbacks=[tests.e2e.ddp_worker:StopOnLastRank]"],
     "train": ["run.steps=2"],
+    "generate": [],  # run_generate: greedy decoding, counting parameter all-gathers
     # train_run: evaluations before/after, a checkpoint per step, RUN/final; run_stop stops after step 1
     # (on the last rank's word) and run_resume continues it to step 2 in the same folder.
     "run": ["run.steps=2", "run.save_every=1", "run.eval_problems=2", "run.eval_k=1"],
@@ -89,8 +138,12 @@ def main(mode: str, out: str, overrides: list[str]) -> None:
         return
     trainer = Trainer(cfg)
     init = _flat(trainer.sharding.model_state(trainer.policy))  # the weights before any update
-    result = {"summary": trainer.train()} if mode in ("train", "stop") \
-        else run_fixed(trainer, mask_cut=mode == "fixed_masked", savings=mode.startswith("savings"))
+    if mode == "generate":
+        result = run_generate(trainer)
+    elif mode in ("train", "stop"):
+        result = {"summary": trainer.train()}
+    else:
+        result = run_fixed(trainer, mask_cut=mode == "fixed_masked", savings=mode.startswith("savings"))
     # The full weights as one process holds them (every rank joins the gather of a sharded model;
     # under FSDP2 only the main process receives them).
     state = trainer.sharding.model_state(trainer.policy)

@@ -3,7 +3,8 @@ with ``accelerate launch --config_file configs/accelerate/fsdp2_cpu.yaml``, on t
 example with its BPE tokenizer: the sharded update equals the 1-process update of the same global batch
 (full fine-tune and LoRA); a run stopped after step 1 and resumed equals the uninterrupted run (lock-step
 generation, sharded checkpoints gathered to rank 0, evaluations on every rank); RUN/final and
-``rlvr export`` load with AutoModelForCausalLM."""
+``rlvr export`` load with AutoModelForCausalLM. Generation gathers the parameters once per generate call,
+not once per token, and decodes the tokens one process decodes."""
 
 from __future__ import annotations
 
@@ -78,3 +79,19 @@ def test_fsdp2_resume_equals_uninterrupted_and_exports_load(tmp_path, example):
         model = AutoModelForCausalLM.from_pretrained(str(folder))
         state = model.state_dict()
         assert max((state[k] - a[k]).abs().max().item() for k in a) == 0.0
+
+
+def test_fsdp2_generation_gathers_once_per_call_and_equals_one_process(tmp_path, example):
+    """Greedy decoding of 12 tokens, different prompts on each rank: each rank's call all-gathers every
+    parameter group once (per-token lock-step gathered each group once per forward: 12 forwards) and
+    yields the tokens one process decodes for the same prompts."""
+    two = _run(["generate"], tmp_path / "two", 2, accelerate_config=FSDP2, overrides=_real(example))
+    one = _run(["generate"], tmp_path / "one", 1, overrides=_real(example))[0]
+    groups = two[0]["param_groups"]
+    assert groups >= 3  # the tiny example's blocks and the root
+    for rank, result in enumerate(two):
+        assert result["gathers_per_call"] == [groups], f"rank {rank}: {result['gathers_per_call']} all-gathers"
+        assert result["tokens"] == [one["tokens"][rank]]
+        before, after = result["reshards"]
+        assert after == before and True in before  # reshard-after-forward settings put back as they were
+    assert one["gathers_per_call"] == [0, 0]  # one process: nothing sharded

@@ -26,6 +26,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.rollout.engines.base import DecodeRequest, Engine, Generation, HiddenCapture, engine_for
+from rlvr.rollout.lockstep import gathered
 from rlvr.rollout.sampling import Sampler
 
 __all__ = ["Generation", "encode_prompts", "generate", "generate_ids"]
@@ -75,9 +76,11 @@ def generate_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pro
     was_training = model.training
     model.eval()
     try:
-        parts = [_decode_chunk(model, decoder, DecodeRequest(prompt_ids[i:i + step], prompt_mask[i:i + step],
-                                                             max_new_tokens, sampler, pad_id, eos_ids), keep_hidden)
-                 for i in range(0, prompt_ids.shape[0], step)]
+        with gathered(model):  # sharded: parameters gathered once for the call, not once per forward
+            parts = [_decode_chunk(model, decoder, DecodeRequest(prompt_ids[i:i + step], prompt_mask[i:i + step],
+                                                                 max_new_tokens, sampler, pad_id, eos_ids),
+                                   keep_hidden)
+                     for i in range(0, prompt_ids.shape[0], step)]
     finally:
         model.train(was_training)
     tokens = _pad_cat([p[0] for p in parts], pad_id)  # (N, T)

@@ -8,14 +8,24 @@ pass with fewer micro-batches on this rank runs extra throw-away forwards.
 The trainer opens ``lockstep(group)`` around generation and scoring when its backend shards
 parameters (``rlvr.train.sharding``); ``group`` answers two all-reduces. Outside it (one process,
 DDP) both helpers are the identity, so decoding is unchanged there.
+
+Generation gathers instead: ``gathered(model)`` (opened by ``rlvr.rollout.hf.generate_ids`` around its
+engine calls) asks the group to hold ``model``'s parameters whole on this rank for one generate call,
+one all-gather per parameter group on entry and a reshard on exit, rather than one per forward. While
+they are whole each forward is local, so lock-step is lifted inside: every rank decodes as one process
+does, stopping when its own rows are done, with no per-token all-reduce. Only the entry's gather is a
+collective, so every rank must make the same generate calls (they already had to make the same
+forwards). A backend that cannot gather (DeepSpeed ZeRO-3 here) yields False and the forwards stay in
+lock-step; there the per-token all-reduce stays too: checking every k tokens would cost up to k - 1
+extra forwards, each a full parameter all-gather, to save a one-number all-reduce.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class RankGroup(Protocol):
@@ -26,6 +36,10 @@ class RankGroup(Protocol):
 
     def max_over_ranks(self, n: int) -> int:
         """The largest ``n`` over ranks (every rank must call it)."""
+
+    def gathered(self, model: Any) -> AbstractContextManager[bool]:
+        """Hold ``model``'s parameters whole on this rank inside (every rank must enter it); yields True
+        when the forwards inside are then local, False when they stay collectives (nothing gathered)."""
 
 
 _GROUP: ContextVar[RankGroup | None] = ContextVar("rlvr_lockstep_group", default=None)
@@ -56,3 +70,20 @@ def forward_count(n: int) -> int:
     """Under lock-step: the most forwards any rank needs for its ``n`` micro-batches; else ``n``."""
     group = _GROUP.get()
     return n if group is None else group.max_over_ranks(n)
+
+
+@contextmanager
+def gathered(model: Any) -> Iterator[None]:
+    """Under lock-step: ``model``'s parameters gathered once for the block (and resharded after), and
+    lock-step lifted inside when that makes its forwards local; else nothing."""
+    group = _GROUP.get()
+    if group is None:
+        yield
+        return
+    with group.gathered(model) as local:
+        token = _GROUP.set(None) if local else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                _GROUP.reset(token)

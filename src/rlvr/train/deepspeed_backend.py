@@ -17,6 +17,11 @@ from DeepSpeed.
   shards them, so each forward is a collective and rlvr runs in lock-step as under FSDP2
   (``sharded = True``); full weights are gathered for checkpoints. ZeRO's optimizer state stays
   sharded: checkpoints hold none, and resume under DeepSpeed is refused.
+- Generation under ZeRO-3 still gathers per forward (``gathered`` is the base class's: nothing held
+  whole, lock-step kept, FSDP2 gathers once per generate call). ``GatheredParameters`` alone is not
+  enough: ZeRO-3's forward hooks would release the parameters after each module's forward, and TRL
+  removes and re-adds those hooks through DeepSpeed internals (``parameter_offload``) to avoid it.
+  DeepSpeed is not installed here or in CI, so that path is left until it can be tested.
 """
 
 from __future__ import annotations

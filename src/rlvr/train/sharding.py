@@ -7,8 +7,12 @@ where accelerate 1.15 leaves it off); ``Sharding(acc)`` then answers, for any ba
 - ``name`` — ``single``, ``ddp`` or ``fsdp2``; ``sharded`` — parameters live in shards, so every
   forward is a collective and ranks must run the same forwards (``rlvr.rollout.lockstep``);
 - ``lockstep()`` — a context for generation, evaluation, scoring and update passes: lock-step when
-  sharded, nothing otherwise (FSDP2 runs the sharded module itself; no full copy is gathered);
+  sharded, nothing otherwise (scoring and update passes run the sharded module, one gather per forward);
 - ``any_rank(flag)`` / ``max_over_ranks(n)`` — the two all-reduces lock-step needs;
+- ``gathered(model)`` — one generate call's parameters held whole (``rlvr.rollout.lockstep.gathered``):
+  FSDP2 unshards every ``FSDPModule`` once on entry (one all-gather per parameter group) and reshards
+  once on exit, so decoding costs one gather per call instead of one per token and its forwards are
+  local; the base class (one process, DDP, and DeepSpeed, see ``deepspeed_backend``) gathers nothing;
 - ``clip_grad_norm(model, max_norm)`` — through ``accelerator.clip_grad_norm_`` (DTensor-aware), a
   plain scalar tensor on every rank, for the clip and the NaN guard;
 - ``prepare_frozen(module)`` — the frozen reference (or any no-grad model) sharded like the policy;
@@ -98,6 +102,12 @@ class Sharding:
         counts = self.acc.gather(torch.tensor([n], device=collective_device(self.acc)))  # (world,)
         return int(counts.max().item())
 
+    @contextmanager
+    def gathered(self, model: torch.nn.Module) -> Iterator[bool]:
+        """Parameters whole for one generate call: True when forwards inside are local (nothing to gather:
+        they are whole already unless sharded), False when they stay collectives."""
+        yield not self.sharded
+
     def backward(self, model: torch.nn.Module, loss: torch.Tensor, last: bool, scaler: Any = None) -> None:
         """One micro-batch's backward (``last``: the mini-batch's last, where gradients are reduced)."""
         self.acc.backward(loss if scaler is None else scaler.scale(loss))
@@ -142,6 +152,21 @@ class FSDP2Sharding(Sharding):
     sharded = True
     name = "fsdp2"  # type: ignore[assignment]
 
+    @contextmanager
+    def gathered(self, model: torch.nn.Module) -> Iterator[bool]:
+        """Every FSDP module of ``model`` unsharded once (one all-gather per parameter group) and kept whole
+        through the forwards inside (no reshard after forward), then resharded once; forwards are local."""
+        modules = _fsdp_modules(model)
+        saved = [_keep_unsharded(m) for m in modules]
+        try:
+            for m in modules:
+                m.unshard()
+            yield True
+        finally:
+            for m, settings in zip(modules, saved, strict=True):
+                _restore_reshard(m, settings)
+                m.reshard()
+
     def prepare_frozen(self, module: torch.nn.Module) -> torch.nn.Module:
         from accelerate.utils.fsdp_utils import fsdp2_prepare_model
         return fsdp2_prepare_model(self.acc, module.to(self.acc.device))
@@ -184,6 +209,38 @@ class FSDP2Sharding(Sharding):
                                     for g in state["param_groups"]]}
         set_optimizer_state_dict(module, _inner(optimizer), by_name,
                                  options=StateDictOptions(full_state_dict=True))
+
+
+def _fsdp_modules(model: torch.nn.Module) -> list[Any]:
+    """The FSDP2 modules in ``model``, outermost first, one per FSDP state (``fully_shard([a, b])``
+    gives modules a state to share), with the root's lazy set-up done (its first forward would do it;
+    ``unshard`` before any forward needs it)."""
+    from torch.distributed.fsdp import FSDPModule
+    by_state: dict[int, Any] = {}
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            by_state.setdefault(id(m._get_fsdp_state()), m)
+    modules = list(by_state.values())
+    if modules:
+        modules[0]._get_fsdp_state()._lazy_init()  # a no-op once the root has run a forward
+    return modules
+
+
+def _keep_unsharded(module: Any) -> tuple[Any, list[Any]]:
+    """Stop ``module`` resharding after each forward (not recursive); what to restore afterwards.
+    torch 2.13's public ``set_reshard_after_forward`` cannot restore the root's own setting (None: kept
+    whole), so the per-group settings are saved and put back as they were."""
+    state = module._get_fsdp_state()
+    saved = (state._auto_reshard_after_forward, [g.post_forward_mesh_info for g in state._fsdp_param_groups])
+    module.set_reshard_after_forward(False, recurse=False)
+    return saved
+
+
+def _restore_reshard(module: Any, saved: tuple[Any, list[Any]]) -> None:
+    state = module._get_fsdp_state()
+    state._auto_reshard_after_forward, infos = saved
+    for group, info in zip(state._fsdp_param_groups, infos, strict=True):
+        group.post_forward_mesh_info = info
 
 
 def _backend(acc: Accelerator) -> type[Sharding]:

@@ -1,8 +1,12 @@
 """Lock-step forwards (rlvr.rollout.lockstep): under sharding every rank runs the same forwards, so a
 rank that has finished decoding keeps stepping until every rank is done, and a scoring pass with fewer
-micro-batches here runs extra ones; the tokens, log-probs and scores are those of the plain loop."""
+micro-batches here runs extra ones; the tokens, log-probs and scores are those of the plain loop. A
+backend that gathers a generate call's parameters once lifts lock-step inside it: the loop decodes as
+one process does, with no per-token poll of the other ranks."""
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -27,6 +31,24 @@ class OtherRankRunsLonger:
 
     def max_over_ranks(self, n: int) -> int:
         return max(n, self.forwards)
+
+    @contextmanager
+    def gathered(self, model):  # a backend that cannot hold the parameters whole (DeepSpeed ZeRO-3 here)
+        yield False
+
+
+class GathersOnce(OtherRankRunsLonger):
+    """A backend that holds a generate call's parameters whole (FSDP2): forwards inside are local."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__(tokens)
+        self.gathers = 0
+
+    @contextmanager
+    def gathered(self, model):
+        self.gathers += 1
+        assert active()  # entered under lock-step; lifted for the block it guards
+        yield True
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +88,22 @@ def test_a_finished_rank_keeps_stepping_with_the_same_output(small):
     assert calls[0] == 24  # the prompt forward + one per further token of the longest rank
     assert synced.completion_ids.tolist() == plain.completion_ids.tolist()
     assert torch.equal(synced.logprobs, plain.logprobs)
+
+
+def test_a_gathered_call_decodes_as_one_process_without_polling(small):
+    model, tok = small
+    calls = _counted(model)
+    kw = dict(max_new_tokens=24, temperature=0.8, top_k=8, seed=5, micro_batch_size=2, engine_params={"lean": False})
+    plain = generate(model, tok, PROMPTS, **kw)  # two engine calls of 2 rows
+    alone, calls[0] = calls[0], 0
+    group = GathersOnce(tokens=24)  # the other rank would decode all 24 tokens
+    with lockstep(group):
+        gathered = generate(model, tok, PROMPTS, **kw)
+        assert active()  # lock-step is back after the call
+    assert group.gathers == 1 and group.polls == 0  # one gather for both engine calls, no per-token all-reduce
+    assert calls[0] == alone < 2 * 24  # each engine call stops when its own rows are done
+    assert gathered.completion_ids.tolist() == plain.completion_ids.tolist()
+    assert torch.equal(gathered.logprobs, plain.logprobs)
 
 
 def _fixed_update(tmp_path, group) -> tuple[torch.Tensor, torch.Tensor, int]:
