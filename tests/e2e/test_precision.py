@@ -168,3 +168,27 @@ def test_gradient_checkpointing_is_off_during_generation(tmp_path):
             outs.append(generate_ids(trainer.policy, trainer.tokenizer, ids, mask, max_new_tokens=8,
                                      do_sample=False))
     assert torch.equal(outs[0].completion_ids, outs[1].completion_ids)
+
+
+def _bf16_checkpoint(folder) -> str:
+    """The tiny model saved in bfloat16, as `rlvr model get` saves SmolLM2."""
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, hidden=32, layers=1, heads=2).to(torch.bfloat16)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_a_half_precision_checkpoint_trains_float32_master_weights_unless_asked_for_pure_bf16(tmp_path, capfd):
+    path = _bf16_checkpoint(tmp_path / "bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no half-precision update warning: masters are float32
+        trainer = Trainer(tiny_config(tmp_path / "auto", [f"model.path={path}"]))
+    assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+    assert "holds bfloat16 weights: training float32 master weights" in capfd.readouterr().err
+    with pytest.warns(UserWarning, match="updates bfloat16 parameters in bfloat16"):
+        pure = Trainer(tiny_config(tmp_path / "pure", [f"model.path={path}", "model.dtype=bfloat16"]))
+    assert all(p.dtype == torch.bfloat16 for p in pure.policy.parameters())
+    lora = Trainer(tiny_config(tmp_path / "lora", [f"model.path={path}", "model.lora={r: 4, alpha: 8}"]))
+    frozen = [p for p in lora.policy.parameters() if not p.requires_grad]
+    assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)  # a frozen LoRA base stays as saved

@@ -55,7 +55,8 @@ class ModelConfig:
     layers: int = param(2, "tiny model: decoder layers")
     heads: int = param(4, "tiny model: attention heads")
     dtype: str = param("auto", "parameter dtype at load: float32 | bfloat16 | float16 | auto (the checkpoint's "
-                               "own; float32 for the tiny model; float32 under run.mixed_precision)")
+                               "own, but float32 master weights for a half-precision checkpoint trained without "
+                               "LoRA; float32 for the tiny model; float32 under run.mixed_precision)")
     attn_implementation: str = param("sdpa", "attention kernel: sdpa | eager | flash_attention_2 (when installed)")
     gradient_checkpointing: bool = param(False, "recompute each decoder layer's activations in the backward pass "
                                                 "(less memory, ~30% more compute); off during generation")

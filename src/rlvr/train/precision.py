@@ -1,6 +1,7 @@
 """Precision and memory settings of the policy (docs/design.md §6, real-scale rules).
 
-- ``model.dtype``: the parameters' dtype at load (``auto`` keeps the checkpoint's own).
+- ``model.dtype``: the parameters' dtype at load (``auto`` keeps the checkpoint's own, but a half-precision
+  checkpoint trained in full gets float32 master weights, ``master_dtype``).
 - ``run.mixed_precision``: ``bf16`` / ``fp16`` autocast around the policy's forward passes while the
   parameters, gradients and AdamW state stay float32 (the master weights); ``fp16`` adds a gradient
   scaler, since fp16 gradients underflow without one.
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from rlvr.notice import notice
 from rlvr.train.config import Config, ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,7 +41,7 @@ def load_dtype(cfg: Config) -> torch.dtype | str:
 
 def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     """Cast ``model`` to the configured dtype and set its attention kernel and gradient checkpointing."""
-    dtype = load_dtype(cfg)
+    dtype = master_dtype(model, cfg, load_dtype(cfg))
     if dtype != "auto" and any(p.dtype != dtype for p in model.parameters() if p.is_floating_point()):
         model.to(dtype)
     kernel = attention_kernel(model, cfg)
@@ -58,6 +60,21 @@ def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
+
+
+def master_dtype(model: torch.nn.Module, cfg: Config, dtype: torch.dtype | str) -> torch.dtype | str:
+    """``dtype``, except that a half-precision checkpoint loaded with ``model.dtype=auto`` and trained in full
+    (no LoRA) gets float32 master weights: AdamW on bf16 parameters rounds away every update below ~1/256
+    of a weight, most of them at RL learning rates. ``model.dtype=bfloat16`` (or float16) keeps pure half
+    precision, with the optimizer's warning."""
+    if dtype != "auto" or cfg.model.lora is not None:
+        return dtype
+    half = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.dtype in HALF})
+    if not half:
+        return dtype
+    notice(f"model.path holds {'/'.join(half)} weights: training float32 master weights (model.dtype=auto); "
+           f"run.mixed_precision=bf16 adds bf16 autocast, model.dtype={half[0]} trains in {half[0]} alone")
+    return torch.float32
 
 
 def attention_kernel(model: torch.nn.Module, cfg: Config) -> str:
