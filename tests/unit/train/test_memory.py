@@ -7,7 +7,6 @@ matrix product, so a process that already ran one (this one) cannot show the dif
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -17,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.train.loop import run_loop
-from rlvr.train.memory import KERNEL_CACHE_ENTRIES, KERNEL_CACHE_VARIABLES, bound_kernel_caches, resident_mb
+from rlvr.train.memory import (KERNEL_CACHE_ENTRIES, KERNEL_CACHE_VARIABLES, bound_kernel_caches,
+                               heap_in_use_mb, resident_mb)
 from rlvr.train.logging import read_metrics
 from tests.unit.train.test_loop import _loop
 
@@ -27,35 +27,28 @@ FILLED = 50  # by then a bounded cache (64 entries each) is full: 3 new entries 
 # Heap in use (glibc mallinfo2) after FILLED and after SHAPES shapes; with CLI=1 the command line's
 # entry point runs first (it bounds the caches before parsing its arguments).
 GROWTH = """
-import contextlib, ctypes, io, json, os, sys
+import contextlib, io, json, os, sys
 import torch, torch.nn.functional as F
+from rlvr.train.memory import heap_in_use_mb  # reads glibc's count; bounds nothing by itself
 if os.environ["CLI"] == "1":
     from rlvr.cli import main
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         main(["--help"])
 torch.set_num_threads(1)
-class Info(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL("libc.so.6")
-libc.mallinfo2.restype = Info
 w = torch.randn(1536, 576, dtype=torch.bfloat16, requires_grad=True)
 used = {}
 for i in range(%(shapes)d):
     x = torch.randn(32 + i, 576, dtype=torch.bfloat16, requires_grad=True)
     F.linear(x, w).sum().backward()
     if i + 1 in (%(filled)d, %(shapes)d):
-        used[i + 1] = libc.mallinfo2().uordblks
-print(json.dumps({"growth_mb": (used[%(shapes)d] - used[%(filled)d]) / 2**20,
+        used[i + 1] = heap_in_use_mb()
+print(json.dumps({"growth_mb": used[%(shapes)d] - used[%(filled)d],
                   "set": {k: os.environ.get(k) for k in %(names)r}}))
 """ % {"shapes": SHAPES, "filled": FILLED, "names": KERNEL_CACHE_VARIABLES}
 
 
 def _has_mallinfo2() -> bool:
-    try:
-        return hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2")
-    except OSError:
-        return False
+    return heap_in_use_mb() is not None
 
 
 def _growth(cli: bool) -> dict:
