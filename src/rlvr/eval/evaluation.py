@@ -24,7 +24,8 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
 
     Returns ``greedy_accuracy``, ``pass@1`` … ``pass@k`` (unbiased estimator with n = k),
     ``maj@k`` (majority vote over parsed answers; the vote counts as right when a sample carrying
-    that answer was verified correct), ``num_problems``, ``greedy_length`` and ``sample_length``
+    that answer was verified correct), ``greedy_well_formed`` and ``sample_well_formed`` (the share
+    of replies in which the task found an answer in its asked form: ``Score.parsed`` is set), ``num_problems``, ``greedy_length`` and ``sample_length``
     (mean generated tokens, eos included), and calibration (``calibration/brier``, ``calibration/ece``
     over 10 bins, ...) of the samples that state a confidence. ``max_new_tokens`` defaults to the task's budget.
     ``outcomes``: a list that receives one row per problem (``rlvr.eval.outcomes``: greedy reward, correct
@@ -38,6 +39,7 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
                                  dict(do_sample=False), seed)
     out: dict[str, Any] = {"num_problems": len(problems),
                            "greedy_accuracy": sum(s.value for s in greedy) / len(problems),
+                           "greedy_well_formed": well_formed(greedy),
                            "greedy_length": greedy_len}
     subsets = _subsets(problems)
     out.update({f"greedy_accuracy/{name}": sum(greedy[i].value for i in rows) / len(rows)
@@ -62,8 +64,15 @@ def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, task: T
         out[f"pass@{k}/{name}"] = sum(pass_at_k(k, correct[i], k) for i in rows) / len(rows)
         out[f"maj@{k}/{name}"] = sum(maj[i] for i in rows) / len(rows)
     out["sample_length"] = sample_len
+    out["sample_well_formed"] = well_formed(samples)
     out.update(calibration_metrics(texts, samples, num_bins=10))  # only when completions state a confidence
     return out
+
+
+def well_formed(scores: list[Score]) -> float:
+    """The share of replies the task could read an answer from (``Score.parsed`` not None): a policy
+    that learns the asked form (``<answer>`` tags, ``\\boxed{}``) raises it before it raises accuracy."""
+    return sum(s.parsed is not None for s in scores) / len(scores)
 
 
 def _subsets(problems: list[Problem]) -> dict[str, list[int]]:

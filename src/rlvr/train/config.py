@@ -338,7 +338,7 @@ class RunConfig:
     out_dir: str = param("runs/train", "run folder")
     eval_every: int = param(50, "held-out evaluation period in steps (0 = only at the end)")
     eval_problems: int = param(200, "held-out problems per evaluation")
-    eval_k: int = param(8, "k of pass@k and maj@k in the final evaluation")
+    eval_k: int = param(8, "k of pass@k and maj@k in the final evaluation (0 = greedy accuracy only)")
     save_every: int = param(50, "checkpoint period in steps (0 = only at the end)")
     log_samples: int = param(4, "sample completions written per logging step")
     threads: int = param(0, "torch intra-op threads per process (0 = leave as is)")

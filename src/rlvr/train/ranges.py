@@ -13,8 +13,8 @@ _NON_NEGATIVE = ("run.max_rollouts", "run.max_seconds", "run.eval_every", "run.s
                  "optim.grad_clip", "optim.warmup_steps", "optim.micro_batch_size", "algorithm.kl_coef",
                  "critic.weight_decay", "critic.grad_clip", "critic.lr_warmup_steps", "critic.warmup_steps",
                  "critic.micro_batch_size", "critic.value_clip", "rollout.micro_batch_size", "run.table_every",
-                 "optim.lr")
-_AT_LEAST_ONE = ("run.steps", "run.eval_problems", "run.eval_k", "rollout.max_new_tokens", "optim.ppo_epochs",
+                 "optim.lr", "run.eval_k")
+_AT_LEAST_ONE = ("run.steps", "run.eval_problems", "rollout.max_new_tokens", "optim.ppo_epochs",
                  "warm_start.batch_size", "warm_start.check_every", "critic.epochs", "model.hidden",
                  "model.layers", "model.heads")
 _POSITIVE = ("warm_start.lr", "rollout.temperature", "rollout.verify_timeout_s", "critic.lr",

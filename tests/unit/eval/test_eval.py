@@ -82,6 +82,18 @@ def test_evaluate_golden_with_scripted_samples(monkeypatch):
     assert out["pass@4"] == pytest.approx(1.0)
     assert out["maj@4"] == pytest.approx(0.5)
     assert out["num_problems"] == 2 and out["sample_length"] == 1.0
+    assert out["greedy_well_formed"] == 1.0 and out["sample_well_formed"] == 1.0  # every reply states "#n"
+
+
+def test_evaluate_reports_the_share_of_well_formed_replies(monkeypatch):
+    task = build("task", "arithmetic")
+    probs = [Problem("0+1=", "1"), Problem("1+2=", "3")]
+    greedy = ["#1", "no answer here"]  # the second states no '#' answer: parsed is None
+    samples = ["#1", "??", "#7", "", "#3", "#3", "x", "#3"]  # 5 of 8 readable (2 of them wrong)
+    monkeypatch.setattr(evaluate_module, "generate", fake_generate([greedy, samples]))
+    out = evaluate(None, None, task, probs, k=4, batch_size=64)
+    assert out["greedy_well_formed"] == 0.5 and out["greedy_accuracy"] == 0.5
+    assert out["sample_well_formed"] == pytest.approx(5 / 8)
 
 
 def test_evaluate_batches_keep_order(monkeypatch):

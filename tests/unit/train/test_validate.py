@@ -15,6 +15,7 @@ BAD = {
     "rollout.max_new_tokens=0": "rollout.max_new_tokens must be >= 1, got 0",
     "warm_start.steps=-5": "warm_start.steps must be >= 0, got -5",
     "run.save_every=-1": "run.save_every must be >= 0, got -1",
+    "run.eval_k=-1": "run.eval_k must be >= 0, got -1",
     "optim.lr=.inf": "optim.lr must be a finite number, got inf",
     "optim.lr=inf": "optim.lr must be a finite number, got inf",
     "optim.lr=-1": "optim.lr must be >= 0, got -1.0",
@@ -34,8 +35,9 @@ def test_out_of_range_values_are_one_line_errors(override):
 
 
 def test_defaults_and_boundaries_are_accepted():
-    cfg = load_config(None, ["rollout.top_p=1", "run.save_every=0", "warm_start.steps=0", "optim.lr=1e-9"])
-    assert cfg.rollout.top_p == 1.0 and cfg.run.save_every == 0
+    cfg = load_config(None, ["rollout.top_p=1", "run.save_every=0", "warm_start.steps=0", "optim.lr=1e-9",
+                             "run.eval_k=0"])  # eval_k 0: the final evaluation is greedy only
+    assert cfg.rollout.top_p == 1.0 and cfg.run.save_every == 0 and cfg.run.eval_k == 0
 
 
 def test_yaml_errors_name_the_file_and_line(tmp_path, capsys):
