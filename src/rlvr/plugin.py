@@ -16,6 +16,10 @@ class Plugin:
 
     Config: ClassVar[type] = NoConfig
     paper: ClassVar[str] = ""  # "Title (arXiv:xxxx.xxxxx)"; empty for infrastructure
+    # Optional input fields (of AdvantageInputs / LossInputs) without which the method is not itself:
+    # each entry lists alternatives, at least one of which must be given. An engine that cannot supply
+    # them (rlvr.integrations.verl) refuses the method by name instead of running what is left of it.
+    mechanism_inputs: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __init__(self, config: Any = None) -> None:
         self.config = self.Config() if config is None else config

@@ -31,6 +31,9 @@ class AdvantageEstimator(Plugin, ABC):
     """
 
     needs_entropy = False
+    # Fewest reward objectives (columns of AdvantageInputs.rewards) the method means anything with:
+    # a multi-objective reweighting with one objective is another estimator (see mechanism_inputs).
+    min_objectives = 1
 
     @abstractmethod
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:

@@ -60,6 +60,7 @@ class Cliff(AdvantageEstimator):
     """
 
     Config = CliffConfig
+    mechanism_inputs = (("first_mistake",),)  # a teacher's first wrong step per row
     paper = "Cliff: first-mistake reward shaping (arXiv id unknown; seed abstract)"
     needs_first_mistake: ClassVar[bool] = True
 

@@ -67,6 +67,7 @@ class CVPO(AdvantageEstimator):
     """
 
     Config = CVPOConfig
+    mechanism_inputs = (("values",),)  # critic values V(s_t)
     paper = "CVPO: Curriculum-guided Value-variance Policy Optimization (arXiv id unknown; seed abstract)"
     needs_values = True
 

@@ -79,6 +79,7 @@ class DGRPO(AdvantageEstimator):
     """
 
     Config = DGRPOConfig
+    mechanism_inputs = (("plan_ids",), ("role_mask",))  # plans and planner/executor tokens
     paper = "AIGB-R1: hierarchical LLM auto-bidding with Decoupled GRPO (arXiv id unknown; seed abstract)"
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:

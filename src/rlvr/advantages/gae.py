@@ -74,6 +74,7 @@ class GAE(AdvantageEstimator):
     """
 
     Config = GAEConfig
+    mechanism_inputs = (("values",),)  # critic values V(s_t)
     paper = "High-Dimensional Continuous Control Using Generalized Advantage Estimation (arXiv:1506.02438)"
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:

@@ -46,6 +46,7 @@ class LengthAdaptiveGAE(AdvantageEstimator):
     """
 
     Config = LAGAEConfig
+    mechanism_inputs = (("values",),)  # critic values V(s_t)
     paper = "BPCO: Best-Practice Critic Optimization (arXiv id unknown; seed abstract)"
     needs_values = True
 

@@ -79,6 +79,7 @@ class TCPO(AdvantageEstimator):
     """
 
     Config = TCPOConfig
+    mechanism_inputs = (("turn_baselines",),)  # re-sampled alternatives of each turn
     paper = "TCPO: turn-level credit for verifier-guided multi-turn refinement (arXiv id unknown; seed abstract)"
 
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutput:

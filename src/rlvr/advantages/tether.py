@@ -60,6 +60,7 @@ class Tether(AdvantageEstimator):
     """
 
     Config = TetherConfig
+    mechanism_inputs = (("values",),)  # critic values V(s_t)
     paper = "Privileged Value Functions and TETHER (arXiv id unknown; seed abstract)"
     needs_values = True
 

@@ -81,6 +81,7 @@ class OCGRPOLoss(PolicyLoss):
     """
 
     Config = OCGRPOConfig
+    mechanism_inputs = (("token_origin",),)  # which tokens are off-policy
     handles_off_policy = True
     needs_every_row = False  # PPO-clip and truncated IS, both −A times a finite factor
     paper = "OC-GRPO: Off-Context GRPO (seed abstract; arXiv id unknown)"
@@ -127,6 +128,7 @@ class ARMORLoss(PolicyLoss):
     """
 
     Config = ARMORConfig
+    mechanism_inputs = (("token_origin",),)  # which tokens are off-policy
     handles_off_policy = True
     needs_every_row = False  # PPO-clip and truncated IS, both −A times a finite factor
     paper = "ARMOR: Anchor Rollout + Mixed Optimization (seed abstract; arXiv id unknown)"

@@ -80,6 +80,7 @@ class PPOClipRolloutIS(PPOClip):
     """
 
     Config = RolloutISConfig
+    mechanism_inputs = (("rollout_logprobs",),)  # the sampling engine's log-probs
     paper = ("IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures "
              "(arXiv:1802.01561)")
 
