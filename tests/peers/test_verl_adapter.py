@@ -12,8 +12,12 @@ is about parameters.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,6 +130,41 @@ def test_importing_the_adapter_does_not_import_verl():
     code = "import sys, rlvr.integrations.verl; print('verl' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ("import json, verl; from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY as a, "
+         "POLICY_LOSS_REGISTRY as l; print(json.dumps(sorted(n for n in [*a, *l] if n.startswith('rlvr_'))))")
+
+
+def _verl_process(tmp_path, **env) -> list[str]:
+    """The rlvr_ names registered after a bare ``import verl`` in a new process, with rlvr's
+    ``verl.plugins`` entry points (read from pyproject.toml) installed as package metadata."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["verl.plugins"]
+    info = tmp_path / "rlvr_entry_points-0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlvr-entry-points\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[verl.plugins]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items()))
+    paths = [str(tmp_path), str(ROOT / "src"), str(ROOT)]
+    full_env = {**os.environ, "PYTHONPATH": ":".join(paths), "OMP_NUM_THREADS": "1", **env}
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=full_env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_verl_loads_the_entry_point_in_a_new_process(tmp_path):
+    # verl 0.9.1's own discovery: verl/__init__.py loads the "verl.plugins" group on import.
+    assert 'entry_points(group="verl.plugins")' in Path(core_algos.__file__).parents[2].joinpath(
+        "__init__.py").read_text()
+    expected = sorted([f"rlvr_{n}" for n in names("advantage")] + [f"rlvr_{n}" for n in names("loss")])
+    assert _verl_process(tmp_path) == expected
+    assert _verl_process(tmp_path, VERL_USE_EXTERNAL_PLUGINS="none") == []  # verl's switch: nothing loaded
+
+
+def test_the_external_module_hook_registers_too(tmp_path):
+    names_seen = _verl_process(tmp_path, VERL_USE_EXTERNAL_PLUGINS="none",
+                               VERL_USE_EXTERNAL_MODULES="rlvr.integrations.verl_plugin")
+    assert "rlvr_grpo" in names_seen and "rlvr_cispo" in names_seen
 
 
 def test_group_ids_from_index_is_stable_and_type_blind():
