@@ -32,6 +32,7 @@ from rlvr.integrations.verl import group_ids_from_index, register_with_verl  # n
 from rlvr.registry import RegistryError, names  # noqa: E402
 from tests.peers.test_verl_advantages import last_token_rewards, random_batch, verl_gdpo  # noqa: E402
 from tests.peers.test_verl_losses import VERL_MODES, _actor_config, _batch  # noqa: E402
+from tests.peers.verl_table import rlvr_names  # noqa: E402
 
 pytestmark = pytest.mark.peers
 SEEDS = [0, 1]
@@ -167,6 +168,61 @@ def test_the_external_module_hook_registers_too(tmp_path):
     assert "rlvr_grpo" in names_seen and "rlvr_cispo" in names_seen
 
 
+# --- what verl's trainer passes: refusals and kept state -----------------------------------------
+
+def _trainer_keywords(seed: int = 0) -> dict:
+    """Exactly the keywords verl 0.9.1's compute_advantage gives a registered estimator."""
+    rewards, mask, _, uids = random_batch(seed, binary=True)
+    return {"token_level_rewards": last_token_rewards(rewards[:, 0], mask), "response_mask": mask.float(),
+            "config": algo_config(), "index": uids}
+
+
+@pytest.mark.parametrize("name", rlvr_names("advantage", "refused"))
+def test_estimators_verl_cannot_feed_are_refused_by_name(name):
+    with pytest.raises(adapter.VerlUnsupportedError, match=f"rlvr_{name} \\(rlvr's {name}\\) "):
+        _adv(f"rlvr_{name}", **_trainer_keywords())
+
+
+@pytest.mark.parametrize("name", rlvr_names("loss", "refused"))
+def test_losses_verl_cannot_feed_are_refused_by_name(name):
+    old, new, adv, mask = _batch(0)
+    with pytest.raises(adapter.VerlUnsupportedError, match=f"rlvr_{name} \\(rlvr's {name}\\) .*ppo_loss"):
+        core_algos.get_policy_loss_fn(f"rlvr_{name}")(old_log_prob=old, log_prob=new, advantages=adv,
+                                                        response_mask=mask.float(), config=_actor_config())
+
+
+def test_fade_reads_log_probs_when_a_caller_passes_them():
+    keywords = _trainer_keywords()
+    logp = -torch.rand(keywords["response_mask"].shape, generator=torch.Generator().manual_seed(5)) - 0.1
+    adv, _ = _adv("rlvr_fade", **keywords, old_log_probs=logp)
+    mask = keywords["response_mask"].bool()
+    assert torch.isfinite(adv).all() and adv[mask].abs().sum() > 0
+
+
+def test_the_estimator_and_its_state_are_kept_from_call_to_call():
+    """tether with an EMA weight (critic values passed, as a trainer of one's own may): the adapter's
+    second call continues the first call's EMA, as one estimator called twice does."""
+    config = algo_config(rlvr={"tether": {"ema": True, "ema_beta": 0.5}})
+    batches = []
+    for seed in (0, 1):
+        keywords = _trainer_keywords(seed)
+        keywords["values"] = torch.rand(keywords["response_mask"].shape, generator=torch.Generator().manual_seed(seed))
+        batches.append({**keywords, "config": config})
+    fn = core_algos.get_adv_estimator_fn("rlvr_tether")
+    fn._plugin = None  # start from a fresh estimator
+    ours = [fn(**b)[0] for b in batches]
+    kept = fn._plugin
+    assert kept is not None
+    fn(**batches[1])
+    assert fn._plugin is kept  # same hyperparameters: the same object
+    fresh = adapter.VerlAdvantage("tether", {})
+    one_call = fresh(**batches[1])[0]  # batch 1 alone: no EMA history
+    again = adapter.VerlAdvantage("tether", {})
+    two_calls = [again(**b)[0] for b in batches]
+    torch.testing.assert_close(ours[1], two_calls[1])
+    assert not torch.allclose(ours[1], one_call)  # the history changed the weight
+
+
 def test_group_ids_from_index_is_stable_and_type_blind():
     uids = np.array(["b", "a", "b", "c", "a"], dtype=object)
     # first appearance order: b → 0, a → 1, c → 2
@@ -252,7 +308,7 @@ def test_gae_matches_verl_when_values_are_passed(seed, gamma, lam):
     ours = _adv("rlvr_gae", token_level_rewards=token_rewards, values=values, response_mask=mask.float(),
                 index=uids, config=algo_config(gamma=gamma, lam=lam))  # gamma, lam read from the config
     _assert_pair(ours, theirs, mask=mask)
-    with pytest.raises(ValueError, match="values"):  # verl's trainer passes no values to custom estimators
+    with pytest.raises(adapter.VerlUnsupportedError, match="rlvr_gae .*needs values"):  # verl's trainer passes none
         _adv("rlvr_gae", token_level_rewards=token_rewards, response_mask=mask.float(), config=algo_config())
 
 

@@ -56,8 +56,9 @@ class FADE(AdvantageEstimator):
     policy's token entropies ``AdvantageInputs.entropy`` over the trained tokens of the *global*
     batch (``needs_entropy``: the trainer computes them with the policy that sampled the batch, and
     sums them over data-parallel ranks through ``batch_stats``). Only a caller without entropies
-    (the verl adapter) falls back to ``−mean(logprobs)`` of the sampled tokens, a noisy estimate
-    that is biased under top-p / top-k sampling.
+    (the verl adapter, when its caller passes ``old_log_probs``) falls back to ``−mean(logprobs)`` of
+    the sampled tokens, a noisy estimate that is biased under top-p / top-k sampling. verl's own
+    trainer passes neither, so there the adapter refuses fade (docs/scaling.md, verl).
 
     Differs from dr_grpo:
       * healthy entropy (η → 1): hard prompts weigh more, (1 − p)^γ, and signs stay balanced;
@@ -68,14 +69,16 @@ class FADE(AdvantageEstimator):
     ``entropy``, ``entropy_target``, ``lambda_neg``.
 
     State: H_target (from the first batch when ``entropy_target = 0``), saved by ``state_dict``;
-    the trainer must save and restore it for an exact resume, and the verl adapter, which builds a
-    fresh instance per call, re-reads it every batch (η = 1) unless ``entropy_target`` is set.
+    the trainer must save and restore it for an exact resume. The verl adapter keeps one instance per
+    name, so the target holds from call to call within a process; it saves no state with verl's
+    checkpoints.
 
     Shapes: rewards (N, K) or token_rewards (N, T), group_ids (N,), entropy or logprobs (N, T)
     → advantages (N, T).
     """
 
     Config = FADEConfig
+    mechanism_inputs = (("entropy", "logprobs"),)  # the sampling policy's token entropies
     paper = "FADE: Focal Advantage with Dynamic Entropy (arXiv id unknown; seed abstract)"
     needs_entropy = True
 

@@ -67,8 +67,8 @@ class SAMRPO(AdvantageEstimator):
       * batch whitening is off by default (``batch_whiten``).
 
     With K = 1 the weight is 1 (unless the batch is fully saturated, where every Â is 0 anyway):
-    the estimator is grpo. Stateful only with ``saturation_ema > 0`` (``state_dict``); the verl
-    adapter builds a fresh instance per call, so there the EMA never accumulates.
+    the estimator is grpo (``min_objectives = 2``: the verl adapter, whose trainer passes one
+    objective, refuses it). Stateful only with ``saturation_ema > 0`` (``state_dict``).
 
     Under data parallelism s_k and the optional whitening are the global batch's (``batch_stats``
     summed over ranks).
@@ -77,6 +77,7 @@ class SAMRPO(AdvantageEstimator):
     """
 
     Config = SAMRPOConfig
+    min_objectives = 2  # with one objective the weight is 1: grpo
     paper = "SA-MRPO: saturation-aware multi-reward advantage reweighting (arXiv id unknown; seed abstract)"
 
     def __init__(self, config: Any = None) -> None:

@@ -2,21 +2,21 @@
 
 And any rlvr verifier as verl's reward function: :func:`compute_score` (see its docstring).
 
-Usage::
-
-    from rlvr.integrations.verl import register_with_verl
-    register_with_verl()        # every rlvr estimator as 'rlvr_<name>', every rlvr loss as 'rlvr_<name>'
-
-then, in the verl config::
+Registration: rlvr's ``pyproject.toml`` declares a ``verl.plugins`` entry point, which verl 0.9.1
+loads on ``import verl`` in every process (the trainer's, where advantages are computed, and every
+actor worker, where policy losses are): :mod:`rlvr.integrations.verl_plugin` calls
+``register_with_verl()``, which registers every rlvr estimator and every rlvr loss as
+``rlvr_<name>``. Where rlvr is not installed as a package, ``VERL_USE_EXTERNAL_MODULES=
+rlvr.integrations.verl_plugin`` does the same. Then, in the verl config::
 
     algorithm.adv_estimator=rlvr_grpo
     actor_rollout_ref.actor.policy_loss.loss_mode=rlvr_ppo_clip
 
-verl looks the names up in the process that uses them: advantages in the driver, policy losses in
-every actor worker (Ray). So registration must run in each of those processes: put the two lines
-above in a small module of your own (say ``my_rlvr_plugins.py``) and name it in
-``VERL_USE_EXTERNAL_MODULES=my_rlvr_plugins`` (verl imports it on ``import verl``, in every process)
-or in ``actor_rollout_ref.model.external_lib=my_rlvr_plugins``.
+Each verl name holds one plug-in, built on its first call and kept (rebuilt only when its merged
+hyperparameters change), so a stateful plug-in carries its state from call to call in a process.
+A plug-in whose mechanism needs inputs the call lacks (``mechanism_inputs``, ``min_objectives``)
+is refused with :class:`VerlUnsupportedError` naming it; docs/scaling.md has the table of which
+names run inside verl's trainer.
 
 Hyperparameters, lowest precedence first (a later layer overrides an earlier one):
 
@@ -39,11 +39,13 @@ Unknown parameter names are errors naming the valid ones (``rlvr.registry.make_c
 
 What verl passes: its trainer gives a registered (non built-in) estimator ``token_level_rewards``,
 ``response_mask``, ``config`` (the ``algorithm`` section) and ``index`` (the ``uid`` of each row);
-``values`` go only to verl's own ``gae``, and per-objective scores only to its own ``gdpo``. So
-``rlvr_gae`` works for callers that pass ``values=`` (keep ``adv_estimator=gae`` in a stock verl
-trainer), and ``rlvr_gdpo`` sees several objectives only when ``non_tensor_batch`` and
-``config.gdpo_reward_keys`` are passed; otherwise it normalises the single ``token_level_rewards``,
-as verl's ``gdpo`` does in that case. The policy loss is aggregated with verl's own ``agg_loss``, so
+``values`` go only to verl's own ``gae``, log-probs only to its optimal-baseline estimators and
+per-objective scores only to its own ``gdpo``. So ``rlvr_gae`` (and the other critic-based
+estimators) run for callers that pass ``values=``, ``rlvr_fade`` for callers that pass
+``old_log_probs=`` or ``entropy=``, and are refused in a stock verl trainer; ``rlvr_gdpo`` sees
+several objectives only when ``non_tensor_batch`` and ``config.gdpo_reward_keys`` are passed, is
+refused when the keys are set without the batch, and otherwise normalises the single
+``token_level_rewards``, as verl's ``gdpo`` does in that case. The policy loss is aggregated with verl's own ``agg_loss``, so
 ``loss_agg_mode`` and ``config.global_batch_info`` (dp_size, batch_num_tokens, global_batch_size,
 loss_scale_factor) keep verl's meaning unchanged.
 """
@@ -135,25 +137,66 @@ def _actor_knobs(config: Any) -> dict[str, Any]:
             "clip_ratio_c": _get(config, "clip_ratio_c")}
 
 
+class VerlUnsupportedError(RuntimeError):
+    """An rlvr method asked to run in verl without the inputs its mechanism needs."""
+
+
+# What verl 0.9.1 hands a registered (non built-in) function, for the refusals' messages.
+VERL_PASSES = {
+    "advantage": "verl 0.9.1's trainer (ray_trainer.compute_advantage) passes a registered estimator only "
+                 "token_level_rewards, response_mask, config and index (uid); values, log-probs and "
+                 "per-objective scores go only to its own gae, optimal-baseline and gdpo",
+    "loss": "verl 0.9.1's actor (workers/utils/losses.ppo_loss) passes a registered policy loss only "
+            "old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config and rollout_is_weights",
+}
+
+
 class _Adapter:
-    """A verl-callable wrapper of one rlvr plug-in; re-registration updates it in place."""
+    """A verl-callable wrapper of one rlvr plug-in; re-registration updates it in place.
+
+    The plug-in is built once and kept (one per verl name), so a stateful one carries its state from
+    call to call; it is rebuilt only when its merged hyperparameters change.
+    """
 
     kind = ""
 
-    def __init__(self, rlvr_name: str, params: Mapping[str, Any]) -> None:
-        self.rlvr_name, self.params = rlvr_name, dict(params)
+    def __init__(self, rlvr_name: str, params: Mapping[str, Any], verl_name: str = "") -> None:
+        self.rlvr_name, self.params, self.verl_name = rlvr_name, dict(params), verl_name or PREFIX + rlvr_name
+        self._plugin: Any = None
+        self._plugin_key: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.rlvr_name!r}, params={self.params})"
 
     def build(self, knobs: dict[str, Any], runtime: dict[str, Any]) -> Any:
-        """The plug-in with layers 1–4 of the module doc (verl knobs only where the field exists)."""
+        """The plug-in with layers 1–4 of the module doc (verl knobs only where the field exists):
+        the one already built when the merged hyperparameters are unchanged, else a new one."""
         config_cls = registry.get(self.kind, self.rlvr_name).Config
         valid = _fields(config_cls)
         merged = {k: v for k, v in knobs.items() if k in valid and v is not None}
         merged.update(self.params)
         merged.update(runtime)
-        return registry.build(self.kind, self.rlvr_name, **merged)
+        key = f"{self.rlvr_name}:{sorted(merged.items())!r}"
+        if self._plugin is None or key != self._plugin_key:
+            self._plugin = registry.build(self.kind, self.rlvr_name, **merged)
+            self._plugin_key = key
+        return self._plugin
+
+    def refuse_missing(self, inputs: Any) -> None:
+        """Refuse, naming the method, when ``inputs`` lacks what its mechanism needs
+        (``mechanism_inputs``, and ``min_objectives`` for estimators)."""
+        cls = registry.get(self.kind, self.rlvr_name)
+        for options in cls.mechanism_inputs:
+            if all(getattr(inputs, name) is None for name in options):
+                raise VerlUnsupportedError(
+                    f"{self.verl_name} (rlvr's {self.rlvr_name}) cannot run here: its mechanism needs "
+                    f"{' or '.join(options)}, which this call did not pass; {VERL_PASSES[self.kind]}. "
+                    f"docs/scaling.md lists the rlvr methods that run inside verl.")
+        wanted = getattr(cls, "min_objectives", 1)
+        if self.kind == "advantage" and inputs.rewards.shape[1] < wanted:
+            raise VerlUnsupportedError(
+                f"{self.verl_name} (rlvr's {self.rlvr_name}) needs at least {wanted} reward objectives, got "
+                f"{inputs.rewards.shape[1]} (with one it is another estimator); {VERL_PASSES[self.kind]}.")
 
 
 class VerlAdvantage(_Adapter):
@@ -161,19 +204,25 @@ class VerlAdvantage(_Adapter):
 
     Called as verl calls estimators (keywords): ``token_level_rewards (bs, T)``, ``response_mask
     (bs, T)``, ``index`` (bs,) uids (any hashable; None = every row its own group), ``config`` (the
-    ``algorithm`` section, may be None), ``values (bs, T)`` when present, other keywords ignored
-    except ``gamma``, ``lam``, ``epsilon``, ``norm_adv_by_std_in_grpo`` and ``non_tensor_batch``.
-    Returns ``(advantages, returns)``, both (bs, T); returns = advantages when the estimator has none.
+    ``algorithm`` section, may be None); from a caller that has them, ``values (bs, T)``,
+    ``old_log_probs (bs, T)`` (the sampling policy's log-probs, as verl names them) and ``entropy
+    (bs, T)``; other keywords ignored except ``gamma``, ``lam``, ``epsilon``,
+    ``norm_adv_by_std_in_grpo`` and ``non_tensor_batch``. A method whose mechanism needs an input the
+    call lacks is refused (:class:`VerlUnsupportedError`). Returns ``(advantages, returns)``, both
+    (bs, T); returns = advantages when the estimator has none.
     """
 
     kind = "advantage"
 
     def __call__(self, token_level_rewards: Tensor, response_mask: Tensor, index: Any = None,
-                 config: Any = None, values: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
+                 config: Any = None, values: Tensor | None = None, old_log_probs: Tensor | None = None,
+                 entropy: Tensor | None = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
         runtime = _plain(_get(_get(config, "rlvr"), self.rlvr_name), f"algorithm.rlvr.{self.rlvr_name}")
-        estimator = self.build(_algo_knobs(config, kwargs), runtime)
         inputs = advantage_inputs(token_level_rewards, response_mask, index, values=values, config=config,
-                                  non_tensor_batch=kwargs.get("non_tensor_batch"))
+                                  non_tensor_batch=kwargs.get("non_tensor_batch"), logprobs=old_log_probs,
+                                  entropy=entropy)
+        self.refuse_missing(inputs)
+        estimator = self.build(_algo_knobs(config, kwargs), runtime)
         with torch.no_grad():
             out = estimator(inputs)
         returns = out.advantages if out.returns is None else out.returns
@@ -182,20 +231,25 @@ class VerlAdvantage(_Adapter):
 
 def advantage_inputs(token_level_rewards: Tensor, response_mask: Tensor, index: Any, *,
                      values: Tensor | None = None, config: Any = None,
-                     non_tensor_batch: Mapping[str, Any] | None = None) -> AdvantageInputs:
+                     non_tensor_batch: Mapping[str, Any] | None = None, logprobs: Tensor | None = None,
+                     entropy: Tensor | None = None) -> AdvantageInputs:
     """rlvr's ``AdvantageInputs`` from verl's batch fields.
 
     rewards (N, 1) = Σ_t token_level_rewards (verl's outcome score), or (N, K) per-objective scores
     from ``non_tensor_batch[key]`` for ``key in config.gdpo_reward_keys`` (weights from
     ``config.gdpo_reward_weights``); token_rewards = token_level_rewards; mask = response_mask > 0;
-    group_ids = ``index`` mapped to int64 in order of first appearance.
+    group_ids = ``index`` mapped to int64 in order of first appearance; values, logprobs and entropy
+    as given (float32).
     """
     mask = response_mask.bool()  # (N, T)
     n = mask.shape[0]
     rewards = token_level_rewards.sum(-1, keepdim=True).float()  # (N, 1)
     weights = None
     keys = _get(config, "gdpo_reward_keys")
-    if keys and non_tensor_batch is not None:
+    if keys and non_tensor_batch is None:
+        raise VerlUnsupportedError(f"gdpo_reward_keys {list(keys)} is set but no non_tensor_batch was passed: "
+                                   f"{VERL_PASSES['advantage']}")
+    if keys:
         missing = [k for k in keys if k not in non_tensor_batch]
         if missing:
             raise KeyError(f"gdpo_reward_keys {missing} not in non_tensor_batch (has {sorted(non_tensor_batch)})")
@@ -205,7 +259,11 @@ def advantage_inputs(token_level_rewards: Tensor, response_mask: Tensor, index: 
         weights = None if given is None else torch.tensor(list(given), dtype=torch.float32, device=mask.device)
     return AdvantageInputs(rewards=rewards, mask=mask, group_ids=group_ids_from_index(index, n, mask.device),
                            token_rewards=token_level_rewards.float(), reward_weights=weights,
-                           values=None if values is None else values.float())
+                           values=_float(values), logprobs=_float(logprobs), entropy=_float(entropy))
+
+
+def _float(x: Tensor | None) -> Tensor | None:
+    return None if x is None else x.float()
 
 
 def group_ids_from_index(index: Any, n: int, device: torch.device | str = "cpu") -> Tensor:
@@ -226,7 +284,8 @@ class VerlPolicyLoss(_Adapter):
 
     Called as verl calls losses: ``old_log_prob, log_prob, advantages, response_mask`` (bs, T),
     ``loss_agg_mode``, ``config`` (the actor config) and ``rollout_is_weights`` (bs, T) or None,
-    which multiply the per-token loss. Returns ``(loss, metrics)``; metric names follow verl's
+    which multiply the per-token loss. A loss whose mechanism needs more (the off-policy token origin,
+    the sampling engine's log-probs) is refused (:class:`VerlUnsupportedError`). Returns ``(loss, metrics)``; metric names follow verl's
     (``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``), others are ``actor/<name>``.
     """
 
@@ -236,9 +295,10 @@ class VerlPolicyLoss(_Adapter):
                  loss_agg_mode: str = "token-mean", config: Any = None,
                  rollout_is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
         runtime = _plain(_get(_get(config, "policy_loss"), "rlvr_params"), "actor.policy_loss.rlvr_params")
-        loss_fn = self.build(_actor_knobs(config), runtime)
-        out = loss_fn(LossInputs(logprobs=log_prob, old_logprobs=old_log_prob, advantages=advantages,
-                                 mask=response_mask.bool()))
+        inputs = LossInputs(logprobs=log_prob, old_logprobs=old_log_prob, advantages=advantages,
+                            mask=response_mask.bool())
+        self.refuse_missing(inputs)
+        out = self.build(_actor_knobs(config), runtime)(inputs)
         per_token = out.per_token  # (N, T)
         if rollout_is_weights is not None:
             per_token = per_token * rollout_is_weights
@@ -284,7 +344,7 @@ def register_with_verl(names: Mapping[str, str] | None = None,
         adapter = _ADAPTERS.get((kind, verl_name))
         if adapter is None:
             _check_free(core, kind, verl_name)
-            adapter = (VerlAdvantage if kind == "advantage" else VerlPolicyLoss)(rlvr_name, own)
+            adapter = (VerlAdvantage if kind == "advantage" else VerlPolicyLoss)(rlvr_name, own, verl_name)
             _ADAPTERS[(kind, verl_name)] = adapter
         adapter.rlvr_name, adapter.params = rlvr_name, own
         if kind == "advantage":
