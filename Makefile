@@ -7,7 +7,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PIP     := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: quickstart test test-fast test-other-rounding test-vllm install install-test clean
+.PHONY: quickstart test test-fast test-other-rounding test-vllm test-verl install install-test clean
 
 $(VENV)/.base: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -70,5 +70,26 @@ test-vllm: $(VVENV)/.built
 	VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest tests/unit/rollout/test_vllm_engine.py tests/e2e/test_vllm_colocate.py \
 		tests/unit/rollout/test_vllm_server.py tests/e2e/test_vllm_server_live.py
 
+# rlvr's names driven through verl's own trainer dispatch and actor loss (tests/peers/test_verl_dispatch.py),
+# where every requirement verl 0.9.1 declares holds: `import verl` imports transformers, and verl wants
+# transformers >= 5.5.3, < 5.11 and tensordict <= 0.10, older than .venv's. .venv-verl is layered on
+# .venv: a .pth file adds .venv's site-packages after its own (with their .pth files, so rlvr's editable
+# install too), and pip installs into .venv-verl only what verl's ranges change (pip never removes a
+# package outside its own environment), so torch and the rest are not fetched again. verl-core is the
+# extra whose modules verl's trainer imports (fastapi, cachetools, ...); kernels is held in the range
+# transformers 5.10 declares for it (.venv's newer one breaks its import). RLVR_VERL_ENV=1 makes the
+# test fail, not skip, if the environment is still outside verl's ranges.
+XVENV := .venv-verl
+$(XVENV)/.built: $(VENV)/.test
+	$(PY) -m venv $(XVENV)
+	$(BIN)/python -c "import sysconfig; print(f\"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\")" > \
+		"$$($(XVENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/rlvr-venv.pth"
+	$(XVENV)/bin/pip install -q -c constraints.txt "verl[verl-core]==0.9.1" "kernels>=0.12,<0.13"
+	touch $@
+
+test-verl: $(XVENV)/.built
+	RLVR_VERL_ENV=1 OMP_NUM_THREADS=1 $(XVENV)/bin/python -m pytest tests/peers/test_verl_dispatch.py \
+		tests/peers/test_verl_adapter.py tests/peers/test_verl_advantages.py tests/peers/test_verl_losses.py
+
 clean:
-	rm -rf $(VENV) $(VVENV) runs
+	rm -rf $(VENV) $(VVENV) $(XVENV) runs
