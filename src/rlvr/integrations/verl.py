@@ -45,8 +45,8 @@ estimators) run for callers that pass ``values=``, ``rlvr_fade`` for callers tha
 ``old_log_probs=`` or ``entropy=``, and are refused in a stock verl trainer; ``rlvr_gdpo`` sees
 several objectives only when ``non_tensor_batch`` and ``config.gdpo_reward_keys`` are passed, is
 refused when the keys are set without the batch, and otherwise normalises the single
-``token_level_rewards``, as verl's ``gdpo`` does in that case. The policy loss is aggregated with verl's own ``agg_loss``, so
-``loss_agg_mode`` and ``config.global_batch_info`` (dp_size, batch_num_tokens, global_batch_size,
+``token_level_rewards``, as verl's ``gdpo`` does in that case. The policy loss is aggregated with
+verl's own ``agg_loss``, so ``loss_agg_mode`` and ``config.global_batch_info`` (dp_size, batch_num_tokens, global_batch_size,
 loss_scale_factor) keep verl's meaning unchanged.
 """
 
@@ -285,8 +285,9 @@ class VerlPolicyLoss(_Adapter):
     Called as verl calls losses: ``old_log_prob, log_prob, advantages, response_mask`` (bs, T),
     ``loss_agg_mode``, ``config`` (the actor config) and ``rollout_is_weights`` (bs, T) or None,
     which multiply the per-token loss. A loss whose mechanism needs more (the off-policy token origin,
-    the sampling engine's log-probs) is refused (:class:`VerlUnsupportedError`). Returns ``(loss, metrics)``; metric names follow verl's
-    (``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``), others are ``actor/<name>``.
+    the sampling engine's log-probs) is refused (:class:`VerlUnsupportedError`). Returns ``(loss,
+    metrics)``; metric names follow verl's (``actor/pg_clipfrac``, ``actor/ppo_kl``,
+    ``actor/pg_clipfrac_lower``), others are ``actor/<name>``.
     """
 
     kind = "loss"
