@@ -46,8 +46,8 @@ estimators) run for callers that pass ``values=``, ``rlvr_fade`` for callers tha
 several objectives only when ``non_tensor_batch`` and ``config.gdpo_reward_keys`` are passed, is
 refused when the keys are set without the batch, and otherwise normalises the single
 ``token_level_rewards``, as verl's ``gdpo`` does in that case. The policy loss is aggregated with
-verl's own ``agg_loss``, so ``loss_agg_mode`` and ``config.global_batch_info`` (dp_size, batch_num_tokens, global_batch_size,
-loss_scale_factor) keep verl's meaning unchanged.
+verl's own ``agg_loss``, so ``loss_agg_mode`` and ``config.global_batch_info`` (dp_size,
+batch_num_tokens, global_batch_size, loss_scale_factor) keep verl's meaning unchanged.
 """
 
 from __future__ import annotations
