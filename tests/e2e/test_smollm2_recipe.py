@@ -5,6 +5,8 @@ does not fetch; its seed runs are quoted in docs/training-real-models.md)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ from rlvr.models.real import make_example  # noqa: E402
 from rlvr.train.config import load_config  # noqa: E402
 from rlvr.train.run import train_run  # noqa: E402
 
-RECIPE = Path(__file__).resolve().parents[2] / "configs" / "examples" / "smollm2_reasoning_gym.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "configs" / "examples" / "smollm2_reasoning_gym.yaml"
 
 
 def test_the_recipe_keeps_its_registered_settings():
@@ -43,3 +46,12 @@ def test_the_recipe_trains_a_tiny_chat_model_and_reports_before_and_after(tmp_pa
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2]
     assert all("memory/rss_mb" in r for r in rows if "reward/mean" in r)  # the per-step memory series
+    report = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "recipe_report.py"), str(tmp_path / "run"),
+                             "--plot", str(tmp_path / "curve.png"), "--wall", "90"], capture_output=True, text=True,
+                            cwd=ROOT / "benchmarks", timeout=300)
+    assert report.returncode == 0, report.stderr[-2000:]
+    record = json.loads(report.stdout)["runs"][0]  # the seed report reads the run's own files
+    assert record["steps"] == 2 and record["problems"] == 4 and record["wall_minutes"] == 1.5
+    assert record["accuracy_after"] == after["greedy_accuracy"] and len(record["rss_mb"]) == 2
+    assert record["rss_growth_mb_per_step_after_10"] is None  # too short a run to say
+    assert (tmp_path / "curve.png").stat().st_size > 0
