@@ -24,8 +24,8 @@ import time
 from collections import Counter
 
 from rlvr.registry import build
-from rlvr.tasks.pool import VerifierPool
-from rlvr.tasks.verify import verify_all
+from rlvr.sandbox.pool import VerifierPool
+from rlvr.sandbox.verify import verify_all
 from rlvr.types import Problem, Score
 
 SPEC = {"mode": "assert", "tests": ["assert f(1) == 3", "assert f(2) == 5", "assert f(10) == 21"]}

@@ -88,8 +88,8 @@ def main() -> None:
     args = parse_args()
     from rlvr.registry import build
     from rlvr.tasks import verify_all
-    from rlvr.tasks.pool import VerifierPool, verifier_pool
-    from rlvr.tasks.verify import _verify_op, shared_pool
+    from rlvr.sandbox.pool import VerifierPool, verifier_pool
+    from rlvr.sandbox.verify import _verify_op, shared_pool
     from rlvr.types import Problem
 
     load_before = os.getloadavg()[0]

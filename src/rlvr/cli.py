@@ -1,4 +1,4 @@
-"""The ``rlvr`` command line: quickstart, train, sft, eval, export, model get, list."""
+"""The ``rlvr`` command line: quickstart, train, sft, eval, export, model get, list, doctor."""
 
 from __future__ import annotations
 
@@ -168,9 +168,20 @@ def _tool_commands(sub: Any) -> None:
     g.add_argument("out", metavar="DIR", help="output folder (model.path for training); an earlier conversion "
                                               "there is checked, not redone")
 
+    p = sub.add_parser("doctor", help="what this machine can hold: the sandbox's isolation layers for "
+                                      "model-written code (sandbox.require)")
     p = sub.add_parser("list", help="every registered plug-in with its summary and paper")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", choices=KINDS, default=None)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Print each sandbox layer: held here, or why not; 1 when one is missing."""
+    from rlvr.sandbox.isolation import report, supported
+    print("sandbox layers on this machine (sandbox.require=auto requires those marked yes):")
+    for line in report():
+        print("  " + line)
+    return 0 if all(held is True for held in supported().values()) else 1
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -350,7 +361,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"model": cmd_model, "export": cmd_export, "example": cmd_example, "compare": cmd_compare, "findings": cmd_findings, "plot": cmd_plot, "list": cmd_list, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
+_COMMANDS = {"model": cmd_model, "export": cmd_export, "example": cmd_example, "compare": cmd_compare, "findings": cmd_findings, "plot": cmd_plot, "list": cmd_list, "doctor": cmd_doctor, "train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "quickstart": cmd_quickstart, "bound": cmd_bound}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 ====  ==============  ====================================================================
  0    foundation      types, notice, registry, plugin, ops, batching, packing, supervision, lr_schedule,
-                      collectives, files
+                      collectives, files; sandbox (guarded execution: the verifier pool, the code sandbox)
  1    math plug-ins   advantages, aggregation, losses, filters, weighting, selection; the
                       math of optim/ (base, es, noise, merging, quantize, tinylora); the
                       package root (it re-exports aggregation, registry and types)
@@ -28,7 +28,7 @@ from __future__ import annotations
 LAYERS: dict[str, int] = {
     # 0 foundation
     "types": 0, "notice": 0, "registry": 0, "plugin": 0, "ops": 0, "batching": 0, "supervision": 0,
-    "lr_schedule": 0, "layers": 0, "packing": 0, "collectives": 0, "files": 0,
+    "lr_schedule": 0, "layers": 0, "packing": 0, "collectives": 0, "files": 0, "sandbox": 0,
     # 1 math plug-ins
     "": 1, "advantages": 1, "aggregation": 1, "losses": 1, "filters": 1, "weighting": 1, "selection": 1,
     "optim.base": 1, "optim.es": 1, "optim.noise": 1, "optim.merging": 1, "optim.quantize": 1,

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from rlvr.tasks import pool as pool_mod
-from rlvr.tasks.pool import active
+from rlvr.sandbox import pool as pool_mod
+from rlvr.sandbox.pool import active
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from tests.helpers.tiny import TINY

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from rlvr.tasks.procs import session_members
+from rlvr.sandbox.procs import session_members
 
 
 def kill_group(proc: subprocess.Popen, sig: int) -> bool:

@@ -2,7 +2,7 @@
 
 With the ``multi_turn`` sampler (``rollout.sampler: {name: multi_turn, params: {env: python_tool}}``)
 each policy turn either calls a tool or answers. A call is ``<NAME>argument</NAME>``: ``<py>`` runs
-the argument as a Python program in the sandbox (``rlvr.tasks.sandbox``; what it printed comes
+the argument as a Python program in the sandbox (``rlvr.sandbox.run``; what it printed comes
 back), and every function in ``tools`` (``"pkg.mod:func"``: ``func(argument: str) -> str``) is
 callable under its own name. The result comes back as the next observation, as environment tokens
 (``Origin.ENV``, never trained on), cut to ``max_output_chars``. A failing tool (an exception, a
@@ -112,10 +112,12 @@ class PythonTool(Environment):
 
     def _python(self, source: str) -> str:
         """Run ``source`` in the sandbox; its output, or its failure as an error (raised, caught by _run)."""
-        from rlvr.tasks.sandbox import Limits, run_program
+        from rlvr.sandbox.isolation import required, setting
+        from rlvr.sandbox.run import Limits, run_program
 
         limits = Limits(timeout_s=self.config.timeout_s, test_timeout_s=self.config.timeout_s,
-                        memory_mb=self.config.memory_mb, output_bytes=max(4096, self.config.max_output_chars))
+                        memory_mb=self.config.memory_mb, output_bytes=max(4096, self.config.max_output_chars),
+                        require=required(setting()))
         run = run_program({"mode": "io", "source": source, "inputs": [""]}, limits)
         program, test = run.first("program"), run.first("test")
         blocked = [r.get("what") for r in run.records if r.get("ev") == "blocked"]

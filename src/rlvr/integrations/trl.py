@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rlvr.tasks.safe import safe_verify
+from rlvr.sandbox.safe import safe_verify
 from rlvr.types import Problem, Score
 
 CALL_KEYS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments")

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from rlvr.plugin import Plugin
 from rlvr.registry import param, register
-from rlvr.tasks.sandbox import Limits, RunResult, run_program
+from rlvr.sandbox.isolation import required, setting
+from rlvr.sandbox.run import LAYERS, Limits, RunResult, run_program
 from rlvr.types import Problem, Score
 
 EXTRACTS = ("auto", "full")
@@ -57,14 +58,16 @@ class CodeConfig:
             raise ValueError(f"code verifier: need timeout_s > 0, test_timeout_s > 0, max_chars >= 1 and "
                              f"cpu_s >= 0, got {self.timeout_s}, {self.test_timeout_s}, {self.max_chars}, "
                              f"{self.cpu_s}")
-        self.limits()  # the remaining limits are checked there
+        Limits(memory_mb=self.memory_mb, file_mb=self.file_mb, open_files=self.open_files,
+               processes=self.processes, output_bytes=self.output_bytes)  # the remaining limits are checked there
 
     def limits(self) -> Limits:
         return Limits(timeout_s=0.9 * self.timeout_s, test_timeout_s=min(self.test_timeout_s, 0.9 * self.timeout_s),
                       memory_mb=self.memory_mb, cpu_s=self.cpu_s or math.ceil(self.timeout_s),
                       file_mb=self.file_mb, open_files=self.open_files, processes=self.processes,
                       output_bytes=self.output_bytes, isolate_network=self.isolate_network,
-                      site_packages=self.site_packages, work_root=self.work_root)
+                      site_packages=self.site_packages, work_root=self.work_root,
+                      require=tuple(n for n in required(setting()) if self.isolate_network or n != "network"))
 
 
 @register("verifier", "code")
@@ -75,8 +78,10 @@ class CodeVerifier(Plugin):
     ``meta["partial"] = True``), ``meta["reason"]`` naming why (``REASONS``: syntax_error, timeout,
     memory, output_limit, forbidden, runtime_error, wrong_output, exit_before_tests, ...) and
     ``meta["detail"]`` the first failure's message. Meta also holds ``passed``, ``total``,
-    ``network_isolated``, ``peak_mb`` and ``leftover`` (processes alive after the kill; 0).
-    Sandbox: ``rlvr.tasks.sandbox`` (limits, what it does not isolate: docs/code.md).
+    ``network_isolated``, ``sandbox`` ({layer: held} for namespaces, root, seccomp, network), ``peak_mb``
+    and ``leftover`` (processes alive after the kill; 0). A layer ``sandbox.require`` asks for that does
+    not hold runs nothing: the call raises ``SandboxUnavailable`` (scored 0 with the error).
+    Sandbox: ``rlvr.sandbox.run`` (limits, what it does not isolate: docs/code.md).
     Differs from the answer verifiers (``exact``, ``numeric``, ``math_verify``):
     - the gold is a test suite (``Problem.meta["code"]``), not an answer string;
     - the completion is executed, in a child process under OS limits, never in this process;
@@ -182,6 +187,7 @@ def verdict(run: RunResult, expected: list[str] | None, partial: bool, source: s
     passed = sum(ok for ok, _, _ in outcomes)
     meta: dict[str, Any] = {"passed": passed, "total": total,
                             "network_isolated": bool(start and start.get("network_isolated")),
+                            "sandbox": held_layers(start),
                             "peak_mb": done.get("peak_mb") if done else None, "leftover": run.leftover}
     if blocked:
         meta["blocked"] = blocked[:5]
@@ -191,6 +197,12 @@ def verdict(run: RunResult, expected: list[str] | None, partial: bool, source: s
     if partial and reason != "forbidden" and 0 < passed < total:
         return Score(passed / total, source, {**meta, "partial": True})
     return Score(0.0, source, meta)
+
+
+def held_layers(start: dict | None) -> dict[str, bool]:
+    """{layer: whether it held} from the child's start record (``rlvr.sandbox.run.LAYERS``)."""
+    layers = start.get("layers", {}) if start else {}
+    return {name: layers.get(name) is True for name in LAYERS}
 
 
 def _reason(run: RunResult, program: dict | None, done: dict | None,

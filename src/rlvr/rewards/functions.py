@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from rlvr.notice import notice
 from rlvr.registry import RegistryError, _import_object
-from rlvr.tasks.safe import guarded, sendable
+from rlvr.sandbox.safe import guarded, sendable
 from rlvr.types import Problem
 
 RESERVED = ("correct", "mean", "std", "verifier_errors")

@@ -2,7 +2,7 @@
 
 Every verifier's :meth:`Verifier.score` (also ``verifier(problem, completion)``) never hangs or
 raises: completions over ``max_chars`` score 0 unread; the check itself runs through
-:func:`rlvr.tasks.safe.safe_verify` with ``timeout_s`` and ``isolation``; a time-out or an error
+:func:`rlvr.sandbox.safe.safe_verify` with ``timeout_s`` and ``isolation``; a time-out or an error
 scores 0 with ``Score.meta["error"]`` holding the reason (the trainer counts these as
 ``reward/verifier_errors`` and prints them with the samples).
 
@@ -12,7 +12,7 @@ bounded string checks (``exact``, ``numeric``) default to it. ``math_verify`` de
 ``"process"`` (a forked child killed at the limit, ~6 ms a call): a hard limit from any thread,
 which math-verify's own ``signal.alarm`` limit is not (it works only in the main thread, in whole
 seconds, and turns a time-out into a silent "wrong"). So math-verify runs here with its own limit
-off and ours on. In a verifier pool worker (``rlvr.tasks.pool``, how training verifies a batch) the
+off and ours on. In a verifier pool worker (``rlvr.sandbox.pool``, how training verifies a batch) the
 pool is the hard limit, so there the check runs directly: no thread, no second fork.
 """
 
@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from rlvr.plugin import Plugin
 from rlvr.registry import param, register
 from rlvr.rewards.answer import EXTRACT_MODES, extract_answer, normalise, strip_confidence
-from rlvr.tasks.safe import ISOLATIONS, quiet_math_verify, safe_verify
+from rlvr.sandbox.safe import ISOLATIONS, quiet_math_verify, safe_verify
 from rlvr.types import Problem, Score
 
 

@@ -2,8 +2,8 @@
 environment-backed tasks register with ``rlvr.envs``, which the registry imports by name)."""
 
 from rlvr.tasks.base import SPLITS, Task, TaskConfig, answer_after_marker, prompt_hash
-from rlvr.tasks.safe import safe_verify
-from rlvr.tasks.verify import verify_all
+from rlvr.sandbox.safe import safe_verify
+from rlvr.sandbox.verify import verify_all
 from rlvr.tasks import arithmetic, countdown, dataset  # noqa: F401  (registers the tasks)
 from rlvr.tasks import chess_puzzles  # noqa: F401  (registers chess_puzzles; python-chess is imported on use)
 from rlvr.tasks import code_synthesis  # noqa: F401  (registers code_synthesis; verified in the sandbox)

@@ -19,7 +19,7 @@ from rlvr.tasks.base import Task, TaskConfig, _check_split, prompt_hash
 from rlvr.tasks.chat import prompt_fields
 from rlvr.tasks.code_rows import code_problem
 from rlvr.tasks.hub import looks_like_hub_name, read_hub
-from rlvr.tasks.safe import safe_verify
+from rlvr.sandbox.safe import safe_verify
 from rlvr.types import Problem, Score
 
 

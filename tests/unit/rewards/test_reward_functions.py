@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.rewards.functions import columns, objective_weights, reward_functions, score_functions
-from rlvr.tasks.pool import VerifierPool
+from rlvr.sandbox.pool import VerifierPool
 from rlvr.types import Problem
 
 F = "tests.helpers.reward_fns:"

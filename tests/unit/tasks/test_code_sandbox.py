@@ -10,8 +10,8 @@ import time
 import pytest
 
 from rlvr.registry import build
-from rlvr.tasks.pool import VerifierPool
-from rlvr.tasks.verify import verify_all
+from rlvr.sandbox.pool import VerifierPool
+from rlvr.sandbox.verify import verify_all
 from rlvr.types import Problem, Score
 
 MEMORY_MB = 512
@@ -41,7 +41,8 @@ def hostile(tmp_path):
         "allocate_50_GB": ("x = bytearray(50 * 2**30)\n", "memory"),
         "infinite_loop": ("while True:\n    pass\n", "timeout"),
         "write_outside": (f"open({str(outside)!r}, 'w').write('x')\n", "forbidden"),
-        "chdir_then_write": (f"import os\nos.chdir({str(tmp_path)!r})\nopen('outside.txt', 'w')\n", "forbidden"),
+        "chdir_then_write": (f"import os\nos.chdir({str(tmp_path)!r})\nopen('outside.txt', 'w')\n",
+                             ("forbidden", "runtime_error")),  # runtime_error: behind the walls no such folder
         "open_socket": ("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n"
                         "s.connect(('203.0.113.1', 80))\n", "forbidden"),
         "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "forbidden"),
@@ -92,7 +93,8 @@ def test_hostile_programs_score_zero_with_reasons_and_leave_nothing(tmp_path):
         assert pool.replaced == 0  # no worker was killed: not by a program, not by a time-out
     for name, score in zip(names, scores):
         assert score.value == 0.0, (name, score.meta)
-        assert score.meta["reason"] == programs[name][1], (name, score.meta)
+        want = programs[name][1]
+        assert score.meta["reason"] in (want if isinstance(want, tuple) else (want,)), (name, score.meta)
         assert score.meta["leftover"] == 0, name
     assert [s.value for s in scores[len(names):]] == [1.0] * (escapes + 1)  # the batch went on
     memory = scores[names.index("allocate_50_GB")]
@@ -125,7 +127,7 @@ def test_children_in_their_own_session_die_with_the_program(tmp_path):
     """A child that calls setsid() escapes the group kill and the session sweep; PR_SET_PDEATHSIG
     must still end it. Before the fork race was closed (the parent exiting before its child had set
     the signal), 10 of 30 such runs left their child behind on a loaded 2-core machine."""
-    from rlvr.tasks.sandbox import Limits, run_program
+    from rlvr.sandbox.run import Limits, run_program
 
     limits = Limits(work_root=str(tmp_path))
     source = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
@@ -144,7 +146,7 @@ def test_the_group_kill_and_sweep_run_while_the_program_is_unreaped(tmp_path, mo
     is reaped, that number can be handed to any new process -- pid_max is 32768 here, so numbers come
     round within a test suite -- and a late group kill or sweep would hit it. So both must run while the
     program is still unreaped: alive, or a zombie holding its number."""
-    from rlvr.tasks import sandbox
+    from rlvr.sandbox import run as sandbox
 
     seen = []
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from rlvr.registry import build
-from rlvr.tasks.verify import verify_all
+from rlvr.sandbox.verify import verify_all
 
 
 @pytest.fixture(scope="module")

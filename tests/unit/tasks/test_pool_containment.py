@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from rlvr.tasks import pool as pool_mod
-from rlvr.tasks.pool import VerifierPool
-from rlvr.tasks.procs import session_members
+from rlvr.sandbox import pool as pool_mod
+from rlvr.sandbox.pool import VerifierPool
+from rlvr.sandbox.procs import session_members
 from rlvr.train.config import ConfigError, load_config
 from rlvr.types import Score
 
@@ -113,7 +113,7 @@ def test_memory_limit_config_field():
 _SCRIPT = """
 from rlvr.registry import build
 from rlvr.tasks import verify_all
-from rlvr.tasks.pool import VerifierPool
+from rlvr.sandbox.pool import VerifierPool
 from rlvr.types import Problem
 task = build('task', 'dataset', path={path!r})
 problems, texts = [Problem('q', '1/2')] * 64, ['$0.5$', '$3$'] * 32  # a worker start per row, before

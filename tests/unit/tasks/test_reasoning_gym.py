@@ -204,7 +204,7 @@ def test_lenient_checkers_do_not_pay_wrong_replies(name, reply_of):
 
 
 def test_a_verifier_pool_scores_as_in_process():
-    from rlvr.tasks.pool import verifier_pool
+    from rlvr.sandbox.pool import verifier_pool
 
     task = task_for("chain_sum")
     problems = [task.problem(i) for i in range(ENTRIES)] * 3

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from rlvr.registry import build
-from rlvr.tasks import pool as pool_mod
-from rlvr.tasks.pool import VerifierPool, active, verifier_pool
+from rlvr.sandbox import pool as pool_mod
+from rlvr.sandbox.pool import VerifierPool, active, verifier_pool
 from rlvr.tasks import verify_all
 from rlvr.types import Problem, Score
 
@@ -179,7 +179,7 @@ def test_math_verify_timeout_warnings_stay_off_the_terminal(tmp_path):
     data.write_text(json.dumps({"prompt": "q", "answer": "1/2"}) + "\n")
     script = (
         "from rlvr.registry import build\n"
-        "from rlvr.tasks.pool import VerifierPool\n"
+        "from rlvr.sandbox.pool import VerifierPool\n"
         "from rlvr.tasks import verify_all\n"
         "from rlvr.types import Problem\n"
         "if __name__ == '__main__':\n"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from rlvr.registry import build
-from rlvr.tasks import verify as verify_mod
+from rlvr.sandbox import verify as verify_mod
 from rlvr.tasks import verify_all
-from rlvr.tasks.pool import VerifierPool, active, in_process, verifier_pool
+from rlvr.sandbox.pool import VerifierPool, active, in_process, verifier_pool
 from rlvr.types import Problem
 
 pytest.importorskip("math_verify")
@@ -66,24 +66,24 @@ def test_bounded_tasks_and_explicit_pools_never_open_the_shared_pool(dataset_tas
         assert len(pool.pids()) == 1 and verify_mod.shared_pool(create=False) is None
 
 
-_TASKS = Path(__file__).resolve().parents[3] / "src" / "rlvr" / "tasks"
+_SANDBOX = Path(__file__).resolve().parents[3] / "src" / "rlvr" / "sandbox"
 
 
 def _imports(path: Path) -> set[str]:
-    """The rlvr.tasks modules ``path`` imports, anywhere in it (function-level imports too)."""
+    """The rlvr.sandbox modules ``path`` imports, anywhere in it (function-level imports too)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlvr.tasks"):
-            out |= {node.module} if node.module != "rlvr.tasks" else {f"rlvr.tasks.{a.name}" for a in node.names}
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlvr.sandbox"):
+            out |= {node.module} if node.module != "rlvr.sandbox" else {f"rlvr.sandbox.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.startswith("rlvr.tasks.")}
+            out |= {a.name for a in node.names if a.name.startswith("rlvr.sandbox.")}
     return out
 
 
 def test_guard_pool_and_verify_modules_have_no_cycle():
     names = ["safe", "worker", "pool", "verify"]
-    graph = {f"rlvr.tasks.{n}": _imports(_TASKS / f"{n}.py") & {f"rlvr.tasks.{m}" for m in names} for n in names}
-    assert graph["rlvr.tasks.safe"] == set()  # the guard imports neither the pool nor verify_all
+    graph = {f"rlvr.sandbox.{n}": _imports(_SANDBOX / f"{n}.py") & {f"rlvr.sandbox.{m}" for m in names} for n in names}
+    assert graph["rlvr.sandbox.safe"] == set()  # the guard imports neither the pool nor verify_all
     order: list[str] = []
     while graph:  # topological order, or a cycle left over
         leaves = [m for m, deps in graph.items() if deps <= set(order)]

@@ -21,7 +21,7 @@ import time
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
-from rlvr.tasks.procs import session_members
+from rlvr.sandbox.procs import session_members
 
 READY = ("ready", None)  # a worker has loaded a call's target (imports, unpickling); the call starts now
 _SWEEP_ROUNDS = 50  # scans of /proc while a fork bomb keeps forking (each round kills what it found)
@@ -141,7 +141,7 @@ def _limit_memory(memory_mb: int) -> None:
 def serve(conn: Any, memory_mb: int = 0, with_parent: bool = False) -> None:
     """The worker loop: hold targets by key, run ``op(target, *args)``, send back the outcome."""
     contain(memory_mb, with_parent)
-    import rlvr.tasks.safe as safe
+    import rlvr.sandbox.safe as safe
 
     safe.enter_worker()
     held: dict[Any, Any] = {}

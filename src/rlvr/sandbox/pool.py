@@ -13,7 +13,7 @@ A pool that cannot start is an error, never a batch of zeros: workers that die b
 anything (a script given on stdin, a script without an ``if __name__ == "__main__":`` guard, whose
 workers cannot re-import ``__main__``) raise ``VerifierPoolError`` after ``_START_FAILURES`` tries
 in a row, in one line naming the cause and the fix; a main module that is not a file fails before
-any worker starts. Each worker is contained (``rlvr.tasks.worker``): its own session, killed
+any worker starts. Each worker is contained (``rlvr.sandbox.worker``): its own session, killed
 whole on time-out and when the pool closes (``killed`` counts what verifier calls left running),
 and an address-space limit of ``memory_mb`` MiB beyond its start size.
 
@@ -40,13 +40,13 @@ from contextlib import contextmanager
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
 
-from rlvr.tasks.worker import READY, Worker
+from rlvr.sandbox.worker import READY, Worker
 
 Outcome = tuple[str, Any]  # ("ok", value) | ("error", reason)
 Call = tuple[Callable[..., Any], Any, Any, tuple]  # (op, key, target, args)
 
 _ACTIVE: list["VerifierPool | None"] = []  # None: a caller asked for in-process verification
-_PRELOAD = ["rlvr.tasks.worker", "rlvr.tasks.pool", "rlvr.tasks", "rlvr.rewards.verifiers", "math_verify"]
+_PRELOAD = ["rlvr.sandbox.worker", "rlvr.sandbox.pool", "rlvr.tasks", "rlvr.rewards.verifiers", "math_verify"]
 _LOAD_S = 120.0  # how long a worker may take to start and load a target before it counts as stuck
 _START_FAILURES = 3  # workers in a row that die before loading anything: the pool cannot start
 DEFAULT_MEMORY_MB = 4096  # rollout.verify_memory_mb's default

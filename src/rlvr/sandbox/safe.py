@@ -7,8 +7,8 @@ time-out: a hard limit at a few ms per call. Signal-based time limits (``signal.
 math-verify) only work in the main thread; verifiers that rely on them must check
 ``threading.current_thread() is threading.main_thread()`` (the dataset task does).
 
-Batches are scored by ``verify_all`` (``rlvr.tasks.verify``), in the verifier pool
-(``rlvr.tasks.pool``) for tasks that declare ``needs_timeout``. Inside a pool worker the pool is the
+Batches are scored by ``verify_all`` (``rlvr.sandbox.verify``), in the verifier pool
+(``rlvr.sandbox.pool``) for tasks that declare ``needs_timeout``. Inside a pool worker the pool is the
 limit, so ``safe_verify`` calls its function directly there. This module imports neither.
 """
 

@@ -1,8 +1,8 @@
 """Run model-written Python in a locked-in child process and collect what it reports.
 
-``run_program(job, limits)`` starts ``python -I -B -X utf8 [-S] sandbox_child.py`` in a new session
+``run_program(job, limits)`` starts ``python -I -B -X utf8 [-S] child.py`` in a new session
 (its own process group), with a fresh temporary directory as cwd, HOME and TMPDIR and a minimal
-environment; the child locks itself in (``rlvr.tasks.sandbox_child``: no network where the OS
+environment; the child locks itself in (``rlvr.sandbox.child``: no network where the OS
 allows a network namespace, resource limits, an audit hook, processes that die with their parent)
 and then runs the program and its tests. The parent here enforces the wall clock (``timeout_s``
 for the whole program) and the output caps by killing, and at the end always kills the whole
@@ -30,10 +30,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.tasks.procs import session_members
+from rlvr.sandbox.procs import session_members
 
-CHILD = str(Path(__file__).with_name("sandbox_child.py"))
+CHILD = str(Path(__file__).with_name("child.py"))
 MODES = ("assert", "io")
+LAYERS = ("namespaces", "root", "seccomp", "network")  # what the child reports held, each by name
+
+
+class SandboxUnavailable(RuntimeError):
+    """A layer the sandbox was asked to require did not hold (one line: which, and the setting)."""
 
 
 @dataclass(frozen=True)
@@ -51,12 +56,18 @@ class Limits:
     isolate_network: bool = True  # a new network namespace where the OS allows it
     site_packages: bool = False  # let programs import installed packages (numpy, ...)
     work_root: str = ""  # where the per-program temporary directories go ("" = the system temp dir)
+    disk_mb: int = 64  # the writable /tmp inside the walls (a tmpfs of this size)
+    require: tuple[str, ...] = ()  # layers that must hold, else nothing runs (SandboxUnavailable)
+    audit_hook: bool = True  # the Python audit hook on top of the walls (off only to test the walls alone)
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "test_timeout_s", "memory_mb", "cpu_s", "file_mb", "open_files", "processes",
-                     "output_bytes"):
+                     "output_bytes", "disk_mb"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"sandbox limits: {name} must be > 0, got {getattr(self, name)!r}")
+        unknown = [name for name in self.require if name not in LAYERS]
+        if unknown:
+            raise ValueError(f"sandbox limits: unknown layer(s) {unknown} in require; known: {', '.join(LAYERS)}")
 
 
 @dataclass
@@ -99,7 +110,7 @@ def run_program(job: dict[str, Any], limits: Limits) -> RunResult:
     start = time.monotonic()
     child_limits = {**asdict(limits), "test_s": limits.test_timeout_s, "output_chars": limits.output_bytes,
                     "parent_pid": os.getpid()}
-    spec = {**job, "nonce": nonce, "result_fd": write_end, "limits": child_limits}
+    spec = {**job, "nonce": nonce, "result_fd": write_end, "limits": child_limits, "root_dir": work}
     try:
         proc.stdin.write((json.dumps(spec) + "\n").encode("utf-8"))
         proc.stdin.close()
@@ -115,7 +126,23 @@ def run_program(job: dict[str, Any], limits: Limits) -> RunResult:
     out.wall_s = time.monotonic() - start
     out.stdout, out.stderr = raw["stdout"], raw["stderr"]
     out.records = parse_records(raw["result"], nonce)
+    refused(out, limits.require)
     return out
+
+
+def refused(out: RunResult, require: tuple[str, ...]) -> None:
+    """Raise ``SandboxUnavailable`` when a required layer did not hold (the child then ran nothing)."""
+    start = out.first("start")
+    if not require:
+        return
+    layers = start.get("layers", {}) if start else {}
+    missing = [name for name in require if layers.get(name) is not True]
+    if missing:
+        name = missing[0]
+        why = layers.get(name, "the sandbox child did not start") if start else "the sandbox child did not start"
+        weaker = ",".join(n for n in require if n not in missing) or "none"
+        raise SandboxUnavailable(f"sandbox: the '{name}' layer did not hold ({why}); to accept weaker isolation "
+                                 f"set sandbox.require={weaker}")
 
 
 def _start(work: str, result_fd: int, limits: Limits) -> subprocess.Popen:

@@ -2,7 +2,7 @@
 
 Tasks whose checks need a time limit (``needs_timeout``, e.g. the dataset task's math-verify) go to
 a pool of worker processes, each call under a hard limit: the pool passed in, else the one a run
-opened (``rlvr.tasks.pool.active``), else -- outside a run, for more than ``_HANDFUL`` rows -- a
+opened (``rlvr.sandbox.pool.active``), else -- outside a run, for more than ``_HANDFUL`` rows -- a
 *shared* pool this module opens on first use and keeps for later calls (closed at exit, or by
 ``close_shared_pool``). It forks its workers from the caller while that is safe (one thread, no
 CUDA), so even its first call costs about what a run's warm pool does; otherwise it starts them
@@ -19,9 +19,9 @@ import threading
 from contextlib import nullcontext
 from typing import Any
 
-import rlvr.tasks.pool as pool_mod
-import rlvr.tasks.safe as safe
-from rlvr.tasks.safe import as_score, safe_verify, sendable
+import rlvr.sandbox.pool as pool_mod
+import rlvr.sandbox.safe as safe
+from rlvr.sandbox.safe import as_score, safe_verify, sendable
 from rlvr.types import Problem, Score
 
 _HANDFUL = 8  # more rows than this open the shared pool (fewer verify serially: a cold start costs more)

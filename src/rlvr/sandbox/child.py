@@ -1,4 +1,4 @@
-"""The sandbox's child side: run as ``python -I -B -X utf8 sandbox_child.py`` by ``rlvr.tasks.sandbox``.
+"""The sandbox's child side: run as ``python -I -B -X utf8 child.py`` by ``rlvr.sandbox.run``.
 
 Standard library only, and never imported by rlvr itself. It reads one JSON line from stdin (the
 nonce, the program, its tests, the limits), locks itself in, then runs the program and its tests,
@@ -68,9 +68,13 @@ def main() -> None:
             pass
 
     limits = spec["limits"]
-    net = lock_in(limits)
-    emit(ev="start", network_isolated=net)
-    install_guard(os.getcwd(), limits, emit)
+    layers = lock_in(limits, spec.get("root_dir", ""))
+    missing = [name for name in limits.get("require", ()) if layers.get(name) is not True]
+    emit(ev="start", network_isolated=layers["network"] is True, layers=layers, missing=missing)
+    if missing:  # fail closed: nothing runs without the walls it was asked to have
+        os._exit(3)
+    if limits.get("audit_hook", True):
+        install_guard(os.getcwd(), limits, emit)
     del spec["nonce"]
     if spec["mode"] == "io":
         run_io(spec, emit)
@@ -81,26 +85,57 @@ def main() -> None:
     os._exit(0)
 
 
-def lock_in(limits) -> bool:
-    """PDEATHSIG, network namespace, resource limits; True when the network is isolated."""
+def lock_in(limits, root_dir) -> dict:
+    """PDEATHSIG, the walls (``walls``), resource limits, the seccomp filter; {layer: True | why not}."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
+    import seccomp
+    import walls
 
+    libc = ctypes.CDLL(None, use_errno=True)
     parent = [limits["parent_pid"]]
 
     def forking():
         parent[0] = os.getpid()
 
     def die_with_parent():
-        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent[0]:  # the parent died before the line above: nothing would signal us
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() not in (parent[0], 0):  # the parent died before the line above (0: it is outside our PID namespace)
             os._exit(137)
 
     die_with_parent()
     os.register_at_fork(before=forking, after_in_child=die_with_parent)
-    isolated = limits.get("isolate_network", True) and libc.unshare(0x40000000) == 0  # CLONE_NEWNET
+    layers = build_walls(walls, limits, root_dir)
+    if layers["namespaces"] is True:
+        walls.drop_capabilities()
+    set_limits(limits)
+    layers["seccomp"] = seccomp.install() or True
+    for mod in [m for m in sys.modules if m in ("ctypes", "walls", "seccomp") or m.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[mod]  # a program's own `import ctypes` re-imports it, which the guard refuses
+    return layers
+
+
+def build_walls(walls, limits, root_dir) -> dict:
+    """Namespaces (then process 1 of the new PID namespace, forked here) and the read-only root;
+    {layer: True | why not} for namespaces, root, network."""
+    network = bool(limits.get("isolate_network", True))
+    held, why = walls.unshare(network)
+    layers = {"namespaces": True if held else why, "root": "needs the namespaces", "proc": "needs the namespaces"}
+    if not held:
+        layers["network"] = True if network and walls.network_alone() else "isolate_network is off" if not \
+            network else "unshare(CLONE_NEWNET) refused"
+        return layers
+    layers["network"] = True if network else "isolate_network is off"
+    walls.be_init()
+    try:
+        built = walls.build_root(root_dir, limits["disk_mb"], walls.python_dirs())
+        layers["root"], layers["proc"] = True, built["proc"]
+    except (OSError, ValueError) as err:
+        layers["root"] = layers["proc"] = f"{type(err).__name__}: {err}"
+    return layers
+
+
+def set_limits(limits) -> None:
     mib = 1 << 20
     for name, value in (("RLIMIT_AS", limits["memory_mb"] * mib), ("RLIMIT_CPU", limits["cpu_s"]),
                         ("RLIMIT_FSIZE", limits["file_mb"] * mib), ("RLIMIT_NOFILE", limits["open_files"]),
@@ -112,9 +147,6 @@ def lock_in(limits) -> bool:
             except (ValueError, OSError):
                 soft, hard = resource.getrlimit(which)
                 resource.setrlimit(which, (min(value, hard) if hard >= 0 else value, hard))
-    for mod in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
-        del sys.modules[mod]  # a program's own `import ctypes` re-imports it, which the guard refuses
-    return bool(isolated)
 
 
 def install_guard(home, limits, emit) -> None:
@@ -325,4 +357,8 @@ def run_io(spec, emit) -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # walls, seccomp: loaded by lock_in
+    import seccomp  # noqa: F401 - imported while the files are still visible
+    import walls  # noqa: F401
+    del sys.path[0]
     main()
