@@ -17,6 +17,7 @@ higher layers; the caller turns a ``RunResult`` into a score (``rlvr.rewards.cod
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import secrets
 import selectors
@@ -112,7 +113,7 @@ def run_program(job: dict[str, Any], limits: Limits) -> RunResult:
                     "parent_pid": os.getpid()}
     spec = {**job, "nonce": nonce, "result_fd": write_end, "limits": child_limits, "root_dir": work}
     try:
-        proc.stdin.write((json.dumps(spec) + "\n").encode("utf-8"))
+        proc.stdin.write(marshal.dumps(spec))
         proc.stdin.close()
     except (BrokenPipeError, OSError):
         pass

@@ -45,7 +45,8 @@ def hostile(tmp_path):
                              ("forbidden", "runtime_error")),  # runtime_error: behind the walls no such folder
         "open_socket": ("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n"
                         "s.connect(('203.0.113.1', 80))\n", "forbidden"),
-        "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "forbidden"),
+        "kill_the_test": (f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\n",
+                          ("forbidden", "runtime_error")),  # runtime_error: behind the walls no such process
         "delete_parent_files": ("import os\nfor f in os.listdir('..'):\n    os.remove(os.path.join('..', f))\n"
                                 f"os.remove({str(sentinel)!r})\n", "forbidden"),
         "print_1_GB": ("import sys\nfor _ in range(1024):\n    sys.stdout.write('x' * 2**20)\n", "output_limit"),
