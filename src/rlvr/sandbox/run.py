@@ -1,17 +1,22 @@
 """Run model-written Python in a locked-in child process and collect what it reports.
 
-``run_program(job, limits)`` starts ``python -I -B -X utf8 [-S] child.py`` in a new session
-(its own process group), with a fresh temporary directory as cwd, HOME and TMPDIR and a minimal
-environment; the child locks itself in (``rlvr.sandbox.child``: no network where the OS
-allows a network namespace, resource limits, an audit hook, processes that die with their parent)
-and then runs the program and its tests. The parent here enforces the wall clock (``timeout_s``
-for the whole program) and the output caps by killing, and at the end always kills the whole
-process group, then sweeps ``/proc`` for any process still in the child's session or group, kills
-those and counts what is left (``RunResult.leftover``; 0 unless something escaped).
+``run_program(job, limits)`` starts ``python -I -B -X utf8 [-S] child.py`` in a new session (its
+own process group) with a minimal environment; the child builds its walls (``rlvr.sandbox.walls``:
+namespaces, process 1 of a new PID namespace, a read-only root with a tmpfs ``/sandbox`` as cwd;
+``rlvr.sandbox.seccomp``; rlimits; the audit hook), reports which layers held in its "start"
+record, and then runs the program and its tests -- or nothing, when a layer of ``limits.require``
+did not hold (``SandboxUnavailable`` here, one line naming it and the weaker ``sandbox.require``).
+The parent enforces the wall clock (``timeout_s`` for the whole program) and the output caps by
+killing, and at the end always kills the whole process group, then sweeps ``/proc`` for any process
+still in the child's session or group, kills those and counts what is left (``RunResult.leftover``;
+0 unless something escaped).
 
-Only records carrying the run's random nonce are read from the result pipe, and only those of
-the first process (a forked copy of the child could repeat them). Nothing here imports rlvr's
-higher layers; the caller turns a ``RunResult`` into a score (``rlvr.rewards.code``).
+Only records carrying the run's random nonce are read from the result pipe, and only those of the
+first process (a forked copy of the child could repeat them). One interpreter per program: a
+pre-forked zygote inside the walls would save its ~13 ms start but must hand each program a fresh
+PID namespace and tmpfs and be killed by the parent's session rules; not built (docs/code.md,
+Throughput). Nothing here imports rlvr's higher layers; the caller turns a ``RunResult`` into a
+score (``rlvr.rewards.code``).
 """
 
 from __future__ import annotations

@@ -48,11 +48,13 @@ def supported() -> str | None:
     return None if machine == "x86_64" else f"no syscall table for {machine} here (x86-64 only)"
 
 
-def program() -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) instructions; jumps are resolved to the labels at the end."""
+def program(blocked: dict[str, int] | None = None) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions, refusing ``blocked`` (default ``BLOCKED``); jumps
+    are resolved to the labels at the end."""
+    blocked = BLOCKED if blocked is None else blocked
     body: list[tuple] = [(_LD_ABS, 0, 0, 4), (_JEQ, 0, "eperm", AUDIT_ARCH_X86_64), (_LD_ABS, 0, 0, 0),
                          (_JGE, "eperm", 0, _X32_BIT)]
-    body += [(_JEQ, "eperm", 0, nr) for nr in sorted(BLOCKED.values())]
+    body += [(_JEQ, "eperm", 0, nr) for nr in sorted(blocked.values())]
     body += [(_JEQ, "enosys", 0, CLONE3), (_JEQ, 0, "allow", CLONE), (_LD_ABS, 0, 0, 16),
              (_JSET, "eperm", "allow", NAMESPACE_FLAGS)]
     labels = {"allow": len(body), "eperm": len(body) + 1, "enosys": len(body) + 2}
@@ -65,16 +67,16 @@ def program() -> list[tuple[int, int, int, int]]:
     return out
 
 
-def install() -> str | None:
-    """No new privileges, then the filter on this process and every process it forks later.
-    None when it holds, else why not (the caller reports the layer missing)."""
+def install(blocked: dict[str, int] | None = None) -> str | None:
+    """No new privileges, then the filter (``program(blocked)``) on this process and every process it
+    forks later. None when it holds, else why not (the caller reports the layer missing)."""
     why = supported()
     if why is not None:
         return why
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return f"prctl(PR_SET_NO_NEW_PRIVS): {errno.errorcode.get(ctypes.get_errno(), '?')}"
-    code = program()
+    code = program(blocked)
     raw = b"".join(struct.pack("=HBBI", *ins) for ins in code)
     filters = ctypes.create_string_buffer(raw, len(raw))
 
