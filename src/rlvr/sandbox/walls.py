@@ -5,7 +5,8 @@ rlvr. ``enter(...)`` is called by the child (C); what it does, in order:
 
 1. ``unshare`` a user, mount, PID, IPC and UTS namespace (and a network one when asked) in one call,
    mapping the caller's own uid and gid (root stays root *inside*, with no power over the machine's
-   namespaces); where that fails, a network namespace alone, as before this module.
+   namespaces); root where user namespaces are off (``user.max_user_namespaces=0``) gets the others
+   without one; where none can be had, a network namespace alone, as before this module.
 2. fork: the child (P) is process 1 of the new PID namespace; C only waits for it and exits with its
    status. When P ends, the kernel kills every process left in the namespace.
 3. In P: a private mount tree; a small tmpfs as the new root holding read-only binds of what the
@@ -62,9 +63,12 @@ def unshare(network: bool) -> tuple[bool, str | None]:
     """(whether the user/mount/PID/IPC/UTS namespaces hold, why not); the network namespace is
     entered with them, or alone when they cannot be (``network_isolated`` tells)."""
     uid, gid = os.geteuid(), os.getegid()
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if network else 0)
-    if _libc.unshare(flags) != 0:
-        return False, f"unshare(user, mount, pid, ipc, uts): {errno.errorcode.get(ctypes.get_errno(), '?')}"
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if network else 0)
+    if _libc.unshare(CLONE_NEWUSER | flags) != 0:
+        why = f"unshare(user, mount, pid, ipc, uts): {errno.errorcode.get(ctypes.get_errno(), '?')}"
+        if uid == 0 and _libc.unshare(flags) == 0:
+            return True, None  # root without user namespaces: the others still hold (capabilities dropped later)
+        return False, why
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)

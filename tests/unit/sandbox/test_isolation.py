@@ -106,3 +106,43 @@ def test_a_run_stops_before_it_starts_when_a_required_layer_cannot_hold(monkeypa
     if missing:
         with pytest.raises(SandboxUnavailable, match=f"'{missing[0]}'"):
             require_sandbox(",".join(LAYERS))
+
+
+NO_USER_NAMESPACES = """
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if os.geteuid() != 0 or libc.unshare(0x10000000) != 0:
+    print(json.dumps("no-userns")); sys.exit(0)
+for name, text in (("setgroups", "deny"), ("uid_map", "0 0 1"), ("gid_map", "0 0 1")):
+    with open(f"/proc/self/{name}", "w") as f:
+        f.write(text)
+with open("/proc/sys/user/max_user_namespaces", "w") as f:
+    f.write("0")  # root of a namespace that may make no user namespace below it: a container's root
+from rlvr.registry import build
+from rlvr.sandbox.isolation import supported
+from rlvr.types import Problem
+program = "def f():\\n    return open(%r).read()\\n" % sys.argv[1]
+score = build("verifier", "code").score(Problem("p", meta={"code": {"tests": ["assert f() == 'secret'"]}}), program)
+print(json.dumps({"supported": {k: v is True for k, v in supported().items()}, "score": score.value,
+                  "meta": score.meta["sandbox"]}))
+"""
+
+
+def test_root_without_user_namespaces_still_gets_the_other_layers(tmp_path):
+    """Root where user namespaces are switched off (simulated: the root of a throwaway user namespace
+    whose ``max_user_namespaces`` is 0) still gets mount, PID, IPC, UTS and network namespaces and the
+    read-only root: a secret outside stays unread."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("RLVR_SANDBOX_REQUIRE", None)
+    done = subprocess.run([sys.executable, "-c", NO_USER_NAMESPACES, str(secret)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if out == "no-userns":  # not root, or this machine has no user namespaces: what it reports is that case
+        assert os.geteuid() != 0 or supported()["namespaces"] is True  # root gets them without a user namespace
+        return
+    held = {"namespaces": True, "root": True, "seccomp": seccomp.supported() is None, "network": True}
+    assert out["supported"] == held and out["meta"] == held
+    assert out["score"] == 0.0
