@@ -11,7 +11,8 @@ rlvr. ``enter(...)`` is called by the child (C); what it does, in order:
    status. When P ends, the kernel kills every process left in the namespace.
 3. In P: a private mount tree; a small tmpfs as the new root holding read-only binds of what the
    interpreter needs (``/usr``, ``/lib*``, ``/bin``, the Python prefix, ``/dev/{null,zero,random,urandom}``),
-   a fresh ``/proc`` of the new PID namespace (none where the kernel refuses one), a writable tmpfs
+   a fresh ``/proc`` of the new PID namespace with ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs``
+   read-only (none where the kernel refuses one), a writable tmpfs
    ``/sandbox`` of ``disk_mb`` MiB as cwd, HOME and TMPDIR (no ``/tmp``: nothing of the host's shows); ``pivot_root`` into it, the old root detached,
    the root itself read-only; the host name set to ``sandbox``; a fixed environment.
 
@@ -34,6 +35,7 @@ _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers (glibc has no wr
 _ST_TO_MS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
              (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")  # /proc files that act on the whole machine
 DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 WORK = "/sandbox"  # the writable folder inside: cwd, HOME, TMPDIR (a name no host path starts with)
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": WORK, "TMPDIR": WORK}
@@ -146,9 +148,13 @@ def bind_read_only(src: str, dst: str) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         open(dst, "w").close()
     mount(src, dst, None, MS_BIND | MS_REC)
-    for point in [dst] + _mounts_below(dst):
-        flags = _kept_flags(point)
-        mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    _read_only(dst)
+
+
+def _read_only(point: str) -> None:
+    """Remount the bind at ``point`` and every mount below it read-only."""
+    for inner in [point] + _mounts_below(point):
+        mount(None, inner, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(inner))
 
 
 def _kept_flags(point: str) -> int:
@@ -164,11 +170,18 @@ def _mounts_below(dst: str) -> list[str]:
 
 
 def _mount_proc(dst: str) -> object:
+    """A /proc of the new PID namespace, its machine-wide knobs read-only: root inside a user namespace
+    is the machine's uid 0, which /proc/sys checks by uid alone (no capability)."""
     try:
         mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        return True
     except WallError as err:  # a kernel that hides part of the host's /proc refuses a new one: none then
         return str(err)
+    for name in PROC_READ_ONLY:
+        point = f"{dst}/{name}"
+        if os.path.exists(point):
+            mount(point, point, None, MS_BIND | MS_REC)
+            _read_only(point)
+    return True
 
 
 def _pivot(new: str) -> None:

@@ -92,6 +92,8 @@ def attempts(p) -> dict[str, str]:
         "mount": syscall.format(call="libc.mount(b'none', b'.', b'tmpfs', 0, None)"),
         "unshare": syscall.format(call="libc.unshare(0x10000000)"),  # CLONE_NEWUSER
         "exec_a_shell": "import os\ndef f():\n    os.execv('/bin/sh', ['sh', '-c', 'exit 0'])\n",
+        "write_proc_sys": "def f():\n    p = '/proc/sys/vm/overcommit_memory'\n    v = open(p).read()\n"
+                          "    with open(p, 'w') as out:\n        out.write(v)\n    return 'done'\n",  # the same value back
     }, outside, prefix_file
 
 
