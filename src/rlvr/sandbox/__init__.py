@@ -11,27 +11,25 @@ Two halves, one layer (``rlvr.layers``: it imports nothing of rlvr but ``rlvr.ty
   runs one program and its tests in a fresh interpreter behind the layers below, and reports which
   held. ``rlvr doctor`` prints what this machine holds; ``sandbox.require`` says what a run insists on.
 
-What each limit of ``run_program`` holds, and what it does not:
+What each limit of ``run_program`` holds (and, after the dash, what it does not):
 
-========================  ==========================================================  ====================================
-limit                     holds                                                       does not hold
-========================  ==========================================================  ====================================
-namespaces (user, mount,  its own PID numbering (other processes invisible, ``kill``   the kernel is shared: a kernel bug
-PID, IPC, UTS)            reaches none of them), its own mounts, SysV IPC, host name   reaches the host
-read-only root            only ``/usr``, ``/lib*``, the Python installation and four   those folders are readable (system
-                          devices, read-only; ``/proc`` of its own PID namespace; a    files, no secrets expected there)
-                          tmpfs ``/sandbox`` of ``disk_mb`` MiB as cwd, HOME, TMPDIR
-seccomp filter            ``EPERM`` for ptrace, mount, unshare/setns, clone into new   x86-64 only; every other syscall is
-                          namespaces, bpf, keyctl, perf, io_uring, exec, modules, ...  allowed (file I/O, sockets, fork)
-network namespace         no interface but a down loopback: no host, no internet       --
-fixed environment         PATH, LANG, HOME, TMPDIR only: no token of the trainer's     --
-rlimits                   address space (``memory_mb``), CPU s, file size, open        RLIMIT_NPROC does not bind root
-                          files, processes, no core files                              (the audit hook counts forks)
-wall clock, output caps   the parent kills the whole session at ``timeout_s`` or past  --
-                          ``output_bytes``, sweeps ``/proc`` and counts leftovers
-audit hook (Python)       writes outside cwd, exec, ctypes, sockets, signals outside,   native code (no hook sees it): the
-                          forks past ``processes``, each a "blocked" record            kernel layers above stop that
-========================  ==========================================================  ====================================
+- namespaces (user, mount, PID, IPC, UTS): its own process numbering (other processes are invisible,
+  ``kill`` reaches none of them), its own mounts, SysV IPC and host name -- the kernel is shared: a
+  kernel bug reaches the host.
+- read-only root: only ``/usr``, ``/lib*``, the Python installation and four devices, read-only;
+  ``/proc`` of its own PID namespace (its machine-wide knobs read-only); a tmpfs ``/sandbox`` of
+  ``disk_mb`` MiB as cwd, HOME and TMPDIR -- those system folders are readable.
+- seccomp filter: ``EPERM`` for ptrace, mount, unshare/setns, clone into new namespaces, bpf, keyctl,
+  perf, io_uring, exec, module loading, ... -- x86-64 only; every other syscall (files, sockets,
+  fork) is allowed.
+- network namespace: no interface but a down loopback: no host, no internet.
+- no capabilities, no new privileges; a fixed environment (PATH, LANG, HOME, TMPDIR only).
+- rlimits: address space (``memory_mb``), CPU seconds, file size, open files, processes, no core
+  files -- RLIMIT_NPROC does not bind root (the audit hook counts forks).
+- wall clock and output caps: the parent kills the whole session at ``timeout_s`` or past
+  ``output_bytes``, sweeps ``/proc`` and counts leftovers.
+- audit hook (Python): writes outside cwd, exec, ctypes, sockets, signals outside, forks past
+  ``processes``, each a "blocked" record -- native code (no hook sees it) meets the layers above.
 
 Where a layer cannot be had (no user namespaces, a container's seccomp profile refusing ``unshare``,
 another CPU architecture), the program still runs behind the rest, *unless* that layer is required:

@@ -131,8 +131,8 @@ def lock_in(limits, root_dir) -> dict:
 
     def die_with_parent():
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() not in (parent[0], 0):  # the parent died before the line above (0: it is outside our PID namespace)
-            os._exit(137)
+        if os.getppid() not in (parent[0], 0):  # the parent died before the line above
+            os._exit(137)  # (0: the parent is outside our PID namespace, as for process 1 there)
 
     die_with_parent()
     os.register_at_fork(before=forking, after_in_child=die_with_parent)

@@ -70,8 +70,9 @@ def setting() -> str:
 
 def report() -> list[str]:
     """One line per layer for ``rlvr doctor``: held, or why not."""
-    what = {"namespaces": "user, mount, PID, IPC, UTS namespaces", "root": "read-only root, own /proc, a tmpfs /sandbox as cwd",
+    what = {"namespaces": "user, mount, PID, IPC, UTS namespaces",
+            "root": "read-only root, own /proc, a tmpfs /sandbox as cwd",
             "seccomp": "syscall filter (ptrace, mount, unshare, bpf, keyctl, io_uring, exec, ...)",
             "network": "network namespace (no interface but a down loopback)"}
-    return [f"{name:<11} {'yes' if held is True else 'NO '}  {what[name]}" + ("" if held is True else f" -- {held}")
-            for name, held in supported().items()]
+    return [f"{name:<11} {'yes' if held is True else 'NO '}  {what[name]}"
+            + ("" if held is True else f" -- {held}") for name, held in supported().items()]

@@ -1,7 +1,7 @@
 """Namespaces and a read-only root for the sandbox child, built with ``ctypes`` (no ``bwrap`` needed).
 
 Standard library only: the sandbox child loads it before it locks itself in, and it may not import
-rlvr. ``enter(...)`` is called by the child (C); what it does, in order:
+rlvr. The child (C) calls ``unshare``, ``be_init``, ``build_root`` and ``drop_capabilities`` in turn:
 
 1. ``unshare`` a user, mount, PID, IPC and UTS namespace (and a network one when asked) in one call,
    mapping the caller's own uid and gid (root stays root *inside*, with no power over the machine's
@@ -11,10 +11,11 @@ rlvr. ``enter(...)`` is called by the child (C); what it does, in order:
    status. When P ends, the kernel kills every process left in the namespace.
 3. In P: a private mount tree; a small tmpfs as the new root holding read-only binds of what the
    interpreter needs (``/usr``, ``/lib*``, ``/bin``, the Python prefix, ``/dev/{null,zero,random,urandom}``),
-   a fresh ``/proc`` of the new PID namespace with ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs``
-   read-only (none where the kernel refuses one), a writable tmpfs
-   ``/sandbox`` of ``disk_mb`` MiB as cwd, HOME and TMPDIR (no ``/tmp``: nothing of the host's shows); ``pivot_root`` into it, the old root detached,
-   the root itself read-only; the host name set to ``sandbox``; a fixed environment.
+   a fresh ``/proc`` of the new PID namespace with ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and
+   ``fs`` read-only (none where the kernel refuses one), a writable tmpfs ``/sandbox`` of ``disk_mb``
+   MiB as cwd, HOME and TMPDIR (no ``/tmp``: nothing of the host's shows); ``pivot_root`` into it,
+   the old root detached, the root itself read-only; the host name set to ``sandbox``; a fixed
+   environment; then every capability dropped (root inside keeps its uid, not its powers).
 
 Each step that fails is reported by name with the reason; the caller decides whether to go on.
 """

@@ -92,8 +92,8 @@ def attempts(p) -> dict[str, str]:
         "mount": syscall.format(call="libc.mount(b'none', b'.', b'tmpfs', 0, None)"),
         "unshare": syscall.format(call="libc.unshare(0x10000000)"),  # CLONE_NEWUSER
         "exec_a_shell": "import os\ndef f():\n    os.execv('/bin/sh', ['sh', '-c', 'exit 0'])\n",
-        "write_proc_sys": "def f():\n    p = '/proc/sys/vm/overcommit_memory'\n    v = open(p).read()\n"
-                          "    with open(p, 'w') as out:\n        out.write(v)\n    return 'done'\n",  # the same value back
+        "write_proc_sys": "def f():\n    p = '/proc/sys/vm/overcommit_memory'\n    v = open(p).read()\n"  # writes
+                          "    with open(p, 'w') as out:\n        out.write(v)\n    return 'done'\n",  # it back
     }, outside, prefix_file
 
 
@@ -233,7 +233,8 @@ libc.mount(b"proc", b"/proc", b"proc", 0, None)  # the sweep must see this names
 from rlvr.sandbox.run import Limits, SandboxUnavailable, run_program
 victim = subprocess.Popen(["sleep", "60"])
 try:
-    run = run_program({"mode": "io", "source": KILLER, "inputs": [""]}, Limits(audit_hook=False, require=("namespaces",)))
+    limits = Limits(audit_hook=False, require=("namespaces",))
+    run = run_program({"mode": "io", "source": KILLER, "inputs": [""]}, limits)
     print(run.first("test")["output"].strip())
 except SandboxUnavailable:
     print("refused")
