@@ -13,9 +13,9 @@ still in the child's session or group, kills those and counts what is left (``Ru
 
 Only records carrying the run's random nonce are read from the result pipe, and only those of the
 first process (a forked copy of the child could repeat them). One interpreter per program: a
-pre-forked zygote inside the walls would save its ~13 ms start but must hand each program a fresh
-PID namespace and tmpfs and be killed by the parent's session rules; not built (docs/code.md,
-Throughput). Nothing here imports rlvr's higher layers; the caller turns a ``RunResult`` into a
+pre-forked zygote inside the walls would save its start (``benchmarks/sandbox_zygote.py``: ~10 ms
+per program against ~35-60 ms) but must hand each program a fresh PID namespace and tmpfs and be
+reached by the parent's kill and sweep; not built (docs/code.md, Throughput). Nothing here imports rlvr's higher layers; the caller turns a ``RunResult`` into a
 score (``rlvr.rewards.code``).
 """
 
