@@ -101,7 +101,7 @@ def resources() -> dict[str, tuple[str, set]]:
     """Programs stopped by a limit: (source, the reasons it may score 0 with)."""
     return {
         "fork_1000": ("import os\nfor _ in range(1000):\n    if os.fork() == 0:\n        os._exit(0)\n"
-                      "def f():\n    return 'done'\n", {"forbidden"}),
+                      "def f():\n    return 'done'\n", {"forbidden", "runtime_error"}),  # not root: NPROC first
         "allocate_20_GB": ("x = bytearray(20 * 2**30)\ndef f():\n    return 'done'\n", {"memory"}),
         "fill_the_disk": ("import os\ndef f():\n    chunk = b'x' * 2**20\n    for i in range(100000):\n"
                           "        with open('fill%d' % i, 'wb') as out:\n            for _ in range(8):\n"
