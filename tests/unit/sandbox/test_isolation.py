@@ -97,7 +97,7 @@ def test_a_run_stops_before_it_starts_when_a_required_layer_cannot_hold(monkeypa
     from rlvr.sandbox import isolation
     from rlvr.train.run import require_sandbox
 
-    monkeypatch.delenv(isolation.ENV, raising=False)
+    monkeypatch.setenv(isolation.ENV, "auto")  # restored after the test: require_sandbox exports its setting
     held = [n for n in LAYERS if supported()[n] is True]
     if held:
         require_sandbox(",".join(held))  # what the machine holds, asked for: the run goes on
