@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from rlvr.optim.es_trainer import ESTrainer
-from rlvr.optim.sequential import SequentialTrainer
+from rlvr.loops.es_trainer import ESTrainer
+from rlvr.loops.sequential import SequentialTrainer
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlvr.envs.lure import STEP_SEP, LureEnvironment
-from rlvr.optim.lure import LURETrainer
+from rlvr.loops.lure import LURETrainer
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
@@ -89,7 +89,7 @@ def test_heldout_tasks_cover_every_level_and_come_from_their_own_stream():
     import random
 
     from rlvr.envs.base import build_env
-    from rlvr.optim.lure_eval import heldout_tasks
+    from rlvr.loops.lure_eval import heldout_tasks
 
     env = build_env("lure_arithmetic")
     tasks = heldout_tasks(env, 3, seed=0)
@@ -145,7 +145,7 @@ def test_lure_mechanism_fires_once_the_pursuer_captures_some_tasks(tmp_path, hal
 def test_the_warm_start_runs_once_and_before_the_evaluation_before_rl(tmp_path, monkeypatch):
     # rlvr train's evaluation before RL must measure the warm-started pursuer (the point self-play starts
     # from), so LURE warms up at its first evaluation or step, whichever comes first, and only once.
-    import rlvr.optim.lure as lure_module
+    import rlvr.loops.lure as lure_module
     events: list[str] = []
     warm, heldout = lure_module.warm_start, lure_module.pursuit_heldout
     monkeypatch.setattr(lure_module, "warm_start", lambda *a, **k: (events.append("warm"), warm(*a, **k))[1])
@@ -182,7 +182,7 @@ def test_another_rl_seed_changes_self_play_but_not_the_warm_start_or_the_heldout
 def test_a_cached_warm_start_equals_the_warm_start_bit_for_bit(tmp_path, monkeypatch):
     # Exact speed-up: the second trainer loads what the first saved instead of warming up; its weights
     # equal a trainer that warmed up itself, and a change of warm-start setting misses the cache.
-    import rlvr.optim.lure as lure_module
+    import rlvr.loops.lure as lure_module
     runs: list[int] = []
     warm = lure_module.warm_start
     monkeypatch.setattr(lure_module, "warm_start", lambda *a, **k: (runs.append(1), warm(*a, **k))[1])

@@ -105,14 +105,15 @@ def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
 
 
 def build_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW over the trainable parameters (in their own dtype: float32 master weights under mixed
-    precision, a warning for half precision); the schedule counts optimizer steps, ``ppo_epochs`` ×
-    ``mini_batches`` per RL step."""
+    """The torch optimizer ``optim.optimizer`` names (AdamW by default, ``rlvr.optim``) over the trainable
+    parameters (in their own dtype: float32 master weights under mixed precision, a warning for half
+    precision); the schedule counts optimizer steps, ``ppo_epochs`` × ``mini_batches`` per RL step."""
     from rlvr.train.precision import warn_half_updates
     o = cfg.optim
     params = [p for p in model.parameters() if p.requires_grad]
     warn_half_updates(params)
-    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    maker = build_plugin("optimizer", PluginSpec(o.optimizer, o.optimizer_params))
+    optimizer = maker.make(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     total = max(cfg.run.steps * o.ppo_epochs * o.mini_batches, 1)
     if o.schedule not in SCHEDULES:
         raise ConfigError(f"optim.schedule must be constant, linear or cosine, got '{o.schedule}'")

@@ -215,14 +215,22 @@ class AlgorithmConfig:
                                                     "count in group baselines")
 
 
+FORMER_GRADIENT_NAME = "adamw"  # optim.name of the gradient trainer before rlvr.loops
+
+
 @dataclass(frozen=True)
 class OptimConfig:
-    name: str = param("adamw", "the training loop, a registered optimizer plug-in (rlvr list --kind optimizer): "
-                               "'adamw' (the gradient trainer) or one with its own loop (e.g. es)")
-    params: dict = param({}, "hyperparameters of the optimizer plug-in named by `name`")
-    lr: float = param(1e-4, "AdamW learning rate (0: a frozen control run; everything runs, nothing is updated)")
-    betas: tuple = param((0.9, 0.999), "AdamW betas")
-    weight_decay: float = param(0.0, "AdamW weight decay")
+    name: str = param("gradient", "the training loop, a registered loop plug-in (rlvr list --kind loop): "
+                                  "'gradient' (the gradient trainer; 'adamw', its former name, reads as it) or "
+                                  "one with its own loop (e.g. es)")
+    params: dict = param({}, "hyperparameters of the loop plug-in named by `name`")
+    optimizer: str = param("adamw", "the torch optimizer of the gradient steps, a registered optimizer plug-in "
+                                    "(rlvr list --kind optimizer)")
+    optimizer_params: dict = param({}, "hyperparameters of the torch optimizer's own Config (beyond lr, betas, "
+                                       "weight_decay)")
+    lr: float = param(1e-4, "learning rate (0: a frozen control run; everything runs, nothing is updated)")
+    betas: tuple = param((0.9, 0.999), "the optimizer's betas (AdamW's)")
+    weight_decay: float = param(0.0, "decoupled weight decay")
     grad_clip: float = param(1.0, "max global gradient norm (0 = off)")
     schedule: str = param("constant", "constant | linear | cosine (after warm-up)")
     warmup_steps: int = param(0, "linear learning-rate warm-up (optimizer steps: ppo_epochs x mini_batches a step)")
@@ -262,6 +270,10 @@ class OptimConfig:
                                                 "by rows (rollout.micro_batch_size)")
 
     def __post_init__(self) -> None:
+        # 'adamw' named the gradient trainer until the loops became a kind of their own (issue 50): saved
+        # run configs and user files keep reading as before; the torch optimizer is optim.optimizer
+        if self.name == FORMER_GRADIENT_NAME:
+            object.__setattr__(self, "name", "gradient")
         if self.packing not in ("auto", "always", "never"):
             raise ValueError(f"optim.packing must be auto | always | never, got '{self.packing}'")
         if self.max_tokens_per_micro_batch < 0 or self.max_tokens_per_scoring_pass < 0:
@@ -276,12 +288,12 @@ class OptimConfig:
             raise ValueError(f"optim.old_logprobs must be recompute | rollout, got '{self.old_logprobs}'")
 
     def plugin_class(self) -> type:
-        """The optimizer plug-in class registered as ``name`` (``rlvr.optim.base.OptimizerPlugin``), which
+        """The loop plug-in class registered as ``name`` (``rlvr.train.loop_plugin.LoopPlugin``), which
         the run asks what its loop takes; an unknown name is a ConfigError listing the valid ones."""
-        from rlvr.optim.base import optimizer_class
+        from rlvr.train.loop_plugin import loop_class
         from rlvr.registry import RegistryError
         try:
-            return optimizer_class(self.name)
+            return loop_class(self.name)
         except RegistryError as err:
             raise ConfigError(f"optim.name: {err}") from None
 
@@ -384,8 +396,8 @@ class Config:
     def __post_init__(self) -> None:
         check_ranges(self)  # numeric ranges: one line naming the key
         if self.model.lora is not None and not self.optim.plugin_class().takes_lora:
-            raise ValueError(f"model.lora: optimizer '{self.optim.name}' runs its own training loop on the full "
-                             f"weights and does not take a LoRA policy; remove model.lora or use optim.name=adamw")
+            raise ValueError(f"model.lora: loop '{self.optim.name}' runs its own training loop on the full "
+                             f"weights and does not take a LoRA policy; remove model.lora or use optim.name=gradient")
         if self.rollout.async_rollout.enabled:
             from rlvr.train.async_check import check_async  # the rules live beside the async collector
             check_async(self)

@@ -12,8 +12,8 @@ will sample (``next_step_cost``), and a step that would take the count past the 
 
 Two protocols, checked by members rather than by ``hasattr`` probes at the call sites:
 
-* ``Runnable``: what ``rlvr.train.run.train_run`` drives, the object an optimizer plug-in's
-  ``trainer(cfg, ...)`` returns (``rlvr.optim.base``). A loop of loops (GRPO → ES) is one.
+* ``Runnable``: what ``rlvr.train.run.train_run`` drives, the object a loop plug-in's
+  ``trainer(cfg, ...)`` returns (``rlvr.train.loop_plugin``). A loop of loops (GRPO → ES) is one.
 * ``TrainingLoop``: a ``Runnable`` that ``run_loop`` can drive step by step.
 """
 

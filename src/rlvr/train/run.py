@@ -50,8 +50,8 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
 
 def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  callbacks: list | None = None, parts: dict[str, Any] | None = None) -> Runnable:
-    """The training loop of the optimizer plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
-    tokenizer=...)``): the gradient ``Trainer`` for ``adamw``, a loop of its own for ES and friends, each
+    """The training loop of the loop plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
+    tokenizer=...)``): the gradient ``Trainer`` for ``gradient``, a loop of its own for ES and friends, each
     a ``Runnable`` (``rlvr.train.loop``; a loop lacking a member is a TypeError naming it).
     ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them.
     ``parts``: the plug-ins ``validate_run`` built for a loop that ``builds_pipeline``, reused by it."""
@@ -59,10 +59,10 @@ def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: A
     check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     from rlvr.train.build import build_plugin
     from rlvr.train.config import PluginSpec
-    plugin = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
+    plugin = build_plugin("loop", PluginSpec(cfg.optim.name, cfg.optim.params))
     built = {"parts": parts} if parts is not None and plugin.builds_pipeline else {}
     trainer = plugin.trainer(cfg, model=model, tokenizer=tokenizer, **built)
-    check_runnable(trainer, f"optimizer '{cfg.optim.name}'")
+    check_runnable(trainer, f"loop '{cfg.optim.name}'")
     if callbacks:
         trainer.callbacks.add(*callbacks)
     return trainer

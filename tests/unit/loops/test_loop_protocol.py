@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from rlvr.optim.base import OptimizerPlugin
-from rlvr.optim.es_trainer import ESTrainer
-from rlvr.optim.hyper_es import HyperESTrainer
-from rlvr.optim.lure import LURETrainer
-from rlvr.optim.progressive import ProgressiveTrainer
-from rlvr.optim.sequential import SequentialTrainer
+from rlvr.train.loop_plugin import LoopPlugin
+from rlvr.loops.es_trainer import ESTrainer
+from rlvr.loops.hyper_es import HyperESTrainer
+from rlvr.loops.lure import LURETrainer
+from rlvr.loops.progressive import ProgressiveTrainer
+from rlvr.loops.sequential import SequentialTrainer
 from rlvr.train.loop import Runnable, TrainingLoop, missing_members
 from rlvr.train.run import make_trainer
 from rlvr.train.trainer import Trainer
 from tests.helpers.tiny import tiny_config
 
 PRESETS = Path(__file__).resolve().parents[3] / "configs" / "methods"
-HERE = "tests.unit.optim.test_loop_protocol"
+HERE = "tests.unit.loops.test_loop_protocol"
 
 LOOPS = [  # (preset or None for the gradient trainer, the loop class make_trainer builds)
     (None, Trainer),
@@ -59,14 +59,14 @@ class Bare:
         return {}
 
 
-class BareLoop(OptimizerPlugin):
-    """An optimizer plug-in whose loop lacks most of the Runnable protocol (test fixture)."""
+class BareLoop(LoopPlugin):
+    """A loop plug-in whose loop lacks most of the Runnable protocol (test fixture)."""
 
     def trainer(self, cfg: Any, *, model: Any = None, tokenizer: Any = None) -> Bare:
         return Bare()
 
 
 def test_a_loop_lacking_protocol_members_is_refused_with_their_names(tmp_path):
-    with pytest.raises(TypeError, match=r"optimizer '.*BareLoop': its training loop Bare lacks acc, callbacks, "
+    with pytest.raises(TypeError, match=r"loop '.*BareLoop': its training loop Bare lacks acc, callbacks, "
                                         r"evaluates_here, export_model, heldout_metrics, lockstep, parts, policy"):
         make_trainer(tiny_config(tmp_path, [f"optim.name={HERE}:BareLoop"]))

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import torch
 
-from rlvr.optim.base import OptimizerPlugin
+from rlvr.train.loop_plugin import LoopPlugin
 from rlvr.optim.merging import GRANULARITIES, LayerwiseMerge
 from rlvr.registry import param, register
 from rlvr.train.callbacks import run_callbacks
@@ -56,8 +56,8 @@ class HyperESConfig:
             raise ValueError(f"hyper_es: cma_sigma0 must be > 0, got {self.cma_sigma0}")
 
 
-@register("optimizer", "hyper_es")
-class HyperES(OptimizerPlugin):
+@register("loop", "hyper_es")
+class HyperES(LoopPlugin):
     """CMA-ES over layer-wise DARE-TIES merge coefficients of LoRA directions found by gradient RL.
 
     Paper: "Hyper-ES" (seed abstract; arXiv id unknown; code named ``kuangrepi/Hyper-ES``, not
@@ -321,7 +321,7 @@ def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
     """K short LoRA runs of the gradient trainer from ``base`` (seeds ``run.seed + 1 + k``); returns
     the dense deltas ``θ_k − θ_0`` (float64, exact) of every weight some run changed, and metrics."""
     from peft import LoraConfig, get_peft_model
-    from rlvr.optim.adamw import GRADIENT_TRAINER
+    from rlvr.loops.gradient import GRADIENT_TRAINER
     from rlvr.train.config import replace
     from rlvr.train.trainer import Trainer
     theta0 = {n: p.detach().clone() for n, p in base.named_parameters()}

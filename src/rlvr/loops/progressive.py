@@ -24,8 +24,8 @@ from torch import Tensor
 
 from rlvr.ops import masked_mean
 from rlvr.files import write_atomic, write_text_atomic
-from rlvr.optim.base import OptimizerPlugin
-from rlvr.optim.hyper_es import LocalTrainer, save_policy_checkpoint
+from rlvr.train.loop_plugin import LoopPlugin
+from rlvr.loops.hyper_es import LocalTrainer, save_policy_checkpoint
 from rlvr.optim.quantize import Quantized, dequantize, quantize
 from rlvr.optim.tinylora import (
     TIES, TinyLoRAConfig, adapter_vector, apply_tinylora, load_adapter_vector, merged_copy,
@@ -71,8 +71,8 @@ class ProgressiveConfig:
                               seed=self.adapter_seed)
 
 
-@register("optimizer", "progressive_rlvr")
-class ProgressiveRLVR(OptimizerPlugin):
+@register("loop", "progressive_rlvr")
+class ProgressiveRLVR(LoopPlugin):
     """RLVR teacher, on-policy distillation into a TinyLoRA student, k-bit adapter quantisation.
 
     Paper: "PAC-Bayes bounds for parameter-efficient RLVR / Progressive RLVR" (seed abstract; arXiv
@@ -191,7 +191,7 @@ class ProgressiveTrainer(LocalTrainer):
         elif c.rl_steps == 0:
             raise ValueError("progressive_rlvr: needs a teacher: set optim.params.teacher or rl_steps > 0")
         else:
-            from rlvr.optim.adamw import GRADIENT_TRAINER
+            from rlvr.loops.gradient import GRADIENT_TRAINER
             from rlvr.train.config import replace
             from rlvr.train.trainer import Trainer
             cfg_t = replace(self.cfg, optim={"name": GRADIENT_TRAINER, "params": {}},

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rlvr.optim.es import ESConfig
-from rlvr.optim.es_trainer import ESTrainer
+from rlvr.loops.es_trainer import ESTrainer
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.config import Config, replace
 

@@ -24,9 +24,9 @@ from rlvr.envs.base import EPISODE_KEY, build_env
 from rlvr.envs.lure import LURE_ENVS, LureEnvironment
 from rlvr.envs.lure_credit import EVADER_REWARDS, PROGRESS_CREDITS, anchor_due, evader_reward, pursuer_advantages
 from rlvr.envs.lure_demos import evader_prompt, parse_level, warm_start
-from rlvr.optim.base import OptimizerPlugin
-from rlvr.optim.lure_eval import pursuit_heldout
-from rlvr.optim.lure_warm import cached_warm_start
+from rlvr.train.loop_plugin import LoopPlugin
+from rlvr.loops.lure_eval import pursuit_heldout
+from rlvr.loops.lure_warm import cached_warm_start
 from rlvr.registry import build, param, register
 from rlvr.rollout.samplers import GenerationCount, SampleContext
 from rlvr.rollout.samplers.base import with_origin
@@ -63,9 +63,9 @@ class LUREConfig:
     warm_start_batch: int = param(32, "demonstrations per warm-start step")
     warm_start_lr: float = param(3e-3, "warm-start AdamW learning rate")
     warm_start_cache: str = param("", "a folder keeping warm-started weights, keyed by all they depend on and "
-                                      "reused by runs that agree (one process; '' = none; rlvr.optim.lure_warm)")
+                                      "reused by runs that agree (one process; '' = none; rlvr.loops.lure_warm)")
     eval_tasks_per_level: int = param(8, "held-out pursuit measure: tasks per level of each environment's axis "
-                                         "(0 = none; rlvr.optim.lure_eval)")
+                                         "(0 = none; rlvr.loops.lure_eval)")
     eval_samples: int = param(4, "held-out pursuit measure: episodes per task")
 
     def __post_init__(self) -> None:
@@ -84,8 +84,8 @@ class LUREConfig:
             raise ValueError("lure: envs must name at least one environment")
 
 
-@register("optimizer", "lure")
-class LURE(OptimizerPlugin):
+@register("loop", "lure")
+class LURE(LoopPlugin):
     """Pursuit–evasion self-play: evader proposes difficulty, planner–executor pursuer captures.
 
     Paper: "LURE: pursuit–evasion self-play for zero-data RLVR" (seed abstract; arXiv id unknown).
