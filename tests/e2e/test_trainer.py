@@ -36,7 +36,7 @@ def _gradient_presets() -> list[str]:
     out = []
     for path in sorted(PRESETS.glob("*.yaml")):
         optim = (yaml.safe_load(path.read_text()) or {}).get("optim", {}) or {}
-        if optim.get("name", "gradient") == "adamw":
+        if optim.get("name", "gradient") == "gradient":
             out.append(path.stem)
     return out
 

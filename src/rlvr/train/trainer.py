@@ -1,7 +1,8 @@
 """The RL trainer: one step of RL read top to bottom in ``train_step``, one timer per stage
-(docs/design.md §2). It composes a ``Collector`` (the data half: select → rollout → verify → shape
-→ refine), a ``Scorer`` (every no-grad scoring pass) and an ``Updater`` (reweight → loss → update),
-each built once here from explicit parts.
+(docs/design.md §2). It composes a collector (the data half: select → rollout → verify → shape
+→ refine; a ``Collector``, the asynchronous one, or one handed in, as LURE's self-play), a ``Scorer``
+(every no-grad scoring pass) and an ``Updater`` (reweight → loss → update), each built once here from
+explicit parts.
 
 select → rollout → verify → shape → refine → advantage → reweight → loss → update → observe
 
@@ -17,7 +18,7 @@ import copy
 import json
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from accelerate import Accelerator
@@ -36,7 +37,7 @@ from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.async_collect import AsyncCollector
-from rlvr.train.collect import Collector
+from rlvr.train.collect import Collector, StepCollector
 from rlvr.train.config import Config, ConfigError, write_config
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
@@ -59,9 +60,11 @@ class Trainer:
 
     def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  accelerator: Accelerator | None = None, callbacks: list | None = None,
-                 parts: dict[str, Any] | None = None) -> None:
+                 parts: dict[str, Any] | None = None, collector: Callable[..., StepCollector] | None = None) -> None:
         """``parts``: the run's plug-ins as ``build_pipeline(cfg)`` gives them (``validate_run`` built them);
-        built here when not given."""
+        built here when not given. ``collector``: the data half's class (or factory), called with the
+        ``Collector``'s keyword arguments; the ``Collector``, or the ``AsyncCollector`` under
+        ``rollout.async_rollout``, by default."""
         self.cfg = cfg
         self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         bound_kernel_caches()  # oneDNN's per-shape caches (rlvr.train.memory); from Python, before any product
@@ -100,7 +103,8 @@ class Trainer:
                                scheduler=self.scheduler, scaler=self.scaler, acc=self.acc, sharding=self.sharding,
                                objective=self.parts["objective"], weightings=self.parts["weightings"],
                                tokenizer=tokenizer, scorer=self.scorer, timer=self.timer, critic=self.critic)
-        self.collector = (AsyncCollector if cfg.rollout.async_rollout.enabled else Collector)(
+        make = collector or (AsyncCollector if cfg.rollout.async_rollout.enabled else Collector)
+        self.collector: StepCollector = make(
             task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
             filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
@@ -130,6 +134,7 @@ class Trainer:
             self._resume()
         else:
             self._write_run_files()
+        self.collector.begin(self.policy, resume)
         return {}
 
     def loop_step(self) -> StepOutput:
@@ -172,7 +177,7 @@ class Trainer:
         with torch.no_grad(), autocast(self.cfg, self.acc.device):
             batch, metrics = self.collector.collect(model, self.step, self._rollouts_left())
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
-        with self.timer("advantage"):  # values, the estimator, the selector's row weights (global batch)
+        with self.timer("advantage"):  # values, the estimator (or the collector's), the selector's row weights
             feedback = self._advantage(batch, metrics, model)
         if self.cfg.algorithm.kl_coef > 0 and not warm:
             with self.timer("loss"), torch.no_grad():  # the KL term's reference log-probs (N, T)
@@ -211,7 +216,10 @@ class Trainer:
         feedback = gather_feedback(self.acc, batch, selector.feedback_meta)
         if self.critic is not None:
             metrics.update(self.critic.predict(batch))
-        self._advantages(batch, metrics)
+        if self.collector.sets_advantages:  # the collector's own credit (LURE's self-play)
+            metrics.update(_advantage_metrics(batch.advantages, batch.completion_mask))
+        else:
+            self._advantages(batch, metrics)
         metrics.update(apply_row_weights(batch, selector.row_weights(feedback), feedback["offset"]))
         if self.cfg.algorithm.mask_truncated_completions:  # loss only: rewards counted in the baselines
             metrics["rollout/masked_truncated_frac"] = mask_truncated(batch, eos_token_ids(model, self.tokenizer))
@@ -247,9 +255,7 @@ class Trainer:
         batch.advantages = result.advantages
         if self.critic is not None:  # value targets: the estimator's returns, else Monte-Carlo
             batch.returns = returns
-        adv = result.advantages[batch.completion_mask]
-        metrics["adv/mean"] = adv.mean().item() if adv.numel() else 0.0
-        metrics["adv/abs_mean"] = adv.abs().mean().item() if adv.numel() else 0.0
+        metrics.update(_advantage_metrics(result.advantages, batch.completion_mask))
         metrics.update({f"adv/{k}": float(v) for k, v in result.metrics.items()})
 
     def _first_mistakes(self, batch: Rollouts) -> torch.Tensor | None:
@@ -289,7 +295,7 @@ class Trainer:
         return load_run_policy(self.run_dir)[0]
 
     def heldout_metrics(self) -> dict[str, float]:
-        return {}  # the task's evaluation is all (LURE adds its own)
+        return self.collector.heldout_metrics(self.policy)  # most have none (LURE's pursuit capture)
 
     def evaluates_here(self) -> bool:
         return self.acc.is_main_process or self.sharding.sharded
@@ -306,6 +312,8 @@ class Trainer:
         path = None
         if self.acc.is_main_process:
             path = save_checkpoint(self.run_dir, self.step, weights, optim, self.state(), extras=extras or None)
+            if self.collector.moves_reference:  # resume continues from the anchor it moved to (LURE's round)
+                save_weights(self.run_dir / "reference", self.ref_model)
         self.acc.wait_for_everyone()
         return path
 
@@ -374,6 +382,13 @@ class Trainer:
         for p in ref.parameters():
             p.requires_grad_(False)
         return ref
+
+
+def _advantage_metrics(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean and mean absolute advantage (N, T) over the trained tokens of ``mask`` (N, T)."""
+    adv = advantages[mask]
+    return {"adv/mean": adv.mean().item() if adv.numel() else 0.0,
+            "adv/abs_mean": adv.abs().mean().item() if adv.numel() else 0.0}
 
 
 def _samples(batch: Rollouts, n: int, tokenizer: Any) -> list[dict[str, Any]]:
