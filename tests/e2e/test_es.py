@@ -58,7 +58,7 @@ def test_es_feeds_the_selector_and_checkpoints_its_state(tmp_path):
     trainer = make_trainer(cfg)
     trainer.train()
     success = _state(tmp_path)["plugins"]["selector"]["success"]
-    assert len(success) == 3 and success == trainer.parts["selector"].state_dict()["success"]
+    assert len(success) == 3 and success == trainer.parts.selector.state_dict()["success"]
 
 
 def test_the_rollout_budget_is_a_hard_cap_for_es(tmp_path):

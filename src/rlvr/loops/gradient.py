@@ -10,6 +10,7 @@ import torch
 from rlvr.plugin import NoConfig
 from rlvr.registry import register
 from rlvr.train.loop_plugin import LoopPlugin
+from rlvr.train.pipeline import Pipeline
 from rlvr.train.trainer import Trainer
 
 GRADIENT_TRAINER = "gradient"  # its registered name, for the loops that run gradient steps inside their own
@@ -34,5 +35,5 @@ class Gradient(LoopPlugin):
     builds_pipeline = True
 
     def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                parts: dict[str, Any] | None = None) -> Any:
+                parts: Pipeline | None = None) -> Any:
         return Trainer(cfg, model=model, tokenizer=tokenizer, parts=parts)

@@ -62,7 +62,7 @@ class LocalRun:
         self.model = model.to("cuda" if torch.cuda.is_available() else "cpu")  # as the gradient Trainer places it
         self.tokenizer = tokenizer
         self.timer = PhaseTimer()
-        self.collector = Collector(task=self.parts["task"], selector=self.parts["selector"], shapers=[], filters=[],
+        self.collector = Collector(task=self.parts.task, selector=self.parts.selector, shapers=[], filters=[],
                                    rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed, rank=0,
                                    world_size=1, timer=self.timer)
 

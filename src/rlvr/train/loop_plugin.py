@@ -22,7 +22,7 @@ from rlvr.registry import RegistryError, get
 class LoopPlugin(Plugin, ABC):
     """Builds a training loop of the ``Runnable`` protocol (``rlvr.train.loop``, docs/design.md §11):
     ``train(resume, eval_fn) -> dict`` (steps, rollouts, seconds, stopped_by), ``policy``,
-    ``tokenizer``, ``parts["task"]``, ``acc``, ``callbacks``, ``step`` and four small methods; a loop
+    ``tokenizer``, ``parts.task``, ``acc``, ``callbacks``, ``step`` and four small methods; a loop
     that ``run_loop`` drives step by step is a ``TrainingLoop``.
 
     The class attributes say what the loop takes; a loop of its own on the full weights (the
@@ -33,7 +33,7 @@ class LoopPlugin(Plugin, ABC):
     # model.gradient_checkpointing (rlvr.train.precision.check_supported refuses them otherwise)
     gradient_knobs: ClassVar[bool] = False
     # builds every RL plug-in of the config; else task + selector. Its ``trainer`` then also takes
-    # ``parts=`` (``build_pipeline``'s dict, as validation built it) and reuses them
+    # ``parts=`` (``build_pipeline``'s ``Pipeline``, as validation built it) and reuses them
     builds_pipeline: ClassVar[bool] = False
 
     @abstractmethod

@@ -49,7 +49,7 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
 
 
 def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 callbacks: list | None = None, parts: dict[str, Any] | None = None) -> Runnable:
+                 callbacks: list | None = None, parts: Pipeline | None = None) -> Runnable:
     """The training loop of the loop plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
     tokenizer=...)``): the gradient ``Trainer`` for ``gradient``, a loop of its own for ES and friends, each
     a ``Runnable`` (``rlvr.train.loop``; a loop lacking a member is a TypeError naming it).
@@ -86,14 +86,14 @@ def train_run(cfg: Config, resume: bool = False, model: torch.nn.Module | None =
 
 
 def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokenizer: Any,
-               callbacks: list | None, parts: dict[str, Any] | None = None) -> dict[str, Any]:
+               callbacks: list | None, parts: Pipeline | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
         model, tokenizer, info = warm_start_model(cfg)
     trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks, parts=parts)
-    task = trainer.parts["task"]
+    task = trainer.parts.task
     pool = active()
-    if pool is not None and uses_pool(task, trainer.parts.get("reward_functions", ())):
+    if pool is not None and uses_pool(task, trainer.parts.reward_functions):
         pool.prestart()  # workers start while the policy is evaluated before training
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)

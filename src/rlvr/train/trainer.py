@@ -45,6 +45,7 @@ from rlvr.train.logging import PhaseTimer
 from rlvr.train.memory import bound_kernel_caches
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.movement import Movement
+from rlvr.train.pipeline import Pipeline
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
 from rlvr.train.sharding import Sharding, make_accelerator
 from rlvr.train.truncation import eos_token_ids, mask_truncated
@@ -60,7 +61,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  accelerator: Accelerator | None = None, callbacks: list | None = None,
-                 parts: dict[str, Any] | None = None, collector: Callable[..., StepCollector] | None = None) -> None:
+                 parts: Pipeline | None = None, collector: Callable[..., StepCollector] | None = None) -> None:
         """``parts``: the run's plug-ins as ``build_pipeline(cfg)`` gives them (``validate_run`` built them);
         built here when not given. ``collector``: the data half's class (or factory), called with the
         ``Collector``'s keyword arguments; the ``Collector``, or the ``AsyncCollector`` under
@@ -81,7 +82,7 @@ class Trainer:
         if built:
             model, tokenizer = build_model(cfg)
         configure_policy(model, cfg)  # dtype, attention, checkpointing (also for a model passed in)
-        fit_prompts(self.parts["task"], tokenizer, context_length(model), cfg.rollout.max_new_tokens)
+        fit_prompts(self.parts.task, tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
         # The critic copies the plain backbone (init: policy) before any adapter goes on the policy.
         self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps,
@@ -101,17 +102,17 @@ class Trainer:
         self.scorer = Scorer(cfg, self.policy, self.acc.device)
         self.updater = Updater(cfg=cfg, model=self.model, policy=self.policy, optimizer=self.optimizer,
                                scheduler=self.scheduler, scaler=self.scaler, acc=self.acc, sharding=self.sharding,
-                               objective=self.parts["objective"], weightings=self.parts["weightings"],
+                               objective=self.parts.objective, weightings=self.parts.weightings,
                                tokenizer=tokenizer, scorer=self.scorer, timer=self.timer, critic=self.critic)
         make = collector or (AsyncCollector if cfg.rollout.async_rollout.enabled else Collector)
         self.collector: StepCollector = make(
-            task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
-            filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
+            task=self.parts.task, selector=self.parts.selector, shapers=self.parts.shapers,
+            filters=self.parts.filters, rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
-            sampler=self.parts["sampler"], reference=self.ref_model, reward_functions=self.parts["reward_functions"],
+            sampler=self.parts.sampler, reference=self.ref_model, reward_functions=self.parts.reward_functions,
             rows_over_ranks=lambda rows: rows_over_ranks(self.acc, rows))
         with warm_start_by(weak_warm_start):  # a weak model from the run's own warm start (prefix)
-            self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
+            self.parts.sampler.prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
         self.first_round_cost = 0  # the last step's first sampling round, all ranks (next_step_cost)
@@ -122,7 +123,7 @@ class Trainer:
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``), verifying
         in a pool of ``rollout.verify_workers`` processes that ends with the run, errors included."""
-        needed = uses_pool(self.parts["task"], self.parts["reward_functions"])
+        needed = uses_pool(self.parts.task, self.parts.reward_functions)
         with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed,
                            memory_mb=self.cfg.rollout.verify_memory_mb), self.sharding.lockstep(), \
                 self.collector.session():  # the generator process of rollout.async_rollout, if any
@@ -183,7 +184,7 @@ class Trainer:
             with self.timer("loss"), torch.no_grad():  # the KL term's reference log-probs (N, T)
                 batch.ref_logprobs = self.scorer(batch, self.ref_model)[0]
         model.train()
-        movement = Movement(None if warm else self.parts["selector"].update_measure, self._trainable(),
+        movement = Movement(None if warm else self.parts.selector.update_measure, self._trainable(),
                             lambda: self.scorer(batch)[0], batch.completion_mask,
                             lambda stats: sum_over_ranks(self.acc, stats))
         with self.timer("update"):
@@ -198,7 +199,7 @@ class Trainer:
                 metrics["critic/warmup"] = float(warm)
         metrics.update(batch.meta.get(METRICS_KEY, {}))  # what shapers and filters report
         with self.timer("observe"):
-            self.parts["selector"].observe({**feedback, "metrics": metrics})
+            self.parts.selector.observe({**feedback, "metrics": metrics})
         metrics.update(self.timer.pop())
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
         return self._mean_over_ranks(metrics), batch
@@ -212,7 +213,7 @@ class Trainer:
     def _advantage(self, batch: Rollouts, metrics: dict[str, float], model: torch.nn.Module) -> dict[str, Any]:
         """Values (critic), advantages, the selector's row weights and truncation masking on ``batch``;
         returns the selector's feedback (the global batch, so every rank's selector sees the same rows)."""
-        selector = self.parts["selector"]
+        selector = self.parts.selector
         feedback = gather_feedback(self.acc, batch, selector.feedback_meta)
         if self.critic is not None:
             metrics.update(self.critic.predict(batch))
@@ -227,15 +228,15 @@ class Trainer:
 
     def _advantages(self, batch: Rollouts, metrics: dict[str, float]) -> None:
         weights = self.cfg.algorithm.reward_weights
-        if self.parts["reward_functions"]:  # [correct, *task objectives] weights + each function's own
+        if self.parts.reward_functions:  # [correct, *task objectives] weights + each function's own
             try:
-                weights = objective_weights(batch.reward_names, weights, self.parts["reward_functions"])
+                weights = objective_weights(batch.reward_names, weights, self.parts.reward_functions)
             except ValueError as err:
                 raise ConfigError(str(err)) from None
         elif weights and len(weights) != batch.rewards.shape[1]:
             raise ConfigError(f"algorithm.reward_weights has {len(weights)} entries but the task gives "
                               f"{batch.rewards.shape[1]} objectives {batch.reward_names}")
-        estimator = self.parts["advantage"]
+        estimator = self.parts.advantage
         if estimator.needs_entropy:  # the sampling policy's token entropies (N, T)
             batch.entropy = self.scorer(batch, entropy=True)[1]
         inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
@@ -260,7 +261,7 @@ class Trainer:
 
     def _first_mistakes(self, batch: Rollouts) -> torch.Tensor | None:
         """(N,) token index of each row's first wrong step, from the teacher (only when one is needed)."""
-        teacher = self.parts["teacher"]
+        teacher = self.parts.teacher
         if teacher is None:
             return None
         from rlvr.rewards.teacher import first_mistake_tokens
@@ -348,9 +349,9 @@ class Trainer:
 
     def _stateful_plugins(self) -> dict[str, Any]:
         """Plug-ins that keep state across steps (they define state_dict / load_state_dict)."""
-        named = {"advantage": self.parts["advantage"], "selector": self.parts["selector"], "critic": self.critic}
-        for kind in ("shapers", "filters", "weightings"):
-            named.update({f"{kind}.{i}": p for i, p in enumerate(self.parts[kind])})
+        named = {"advantage": self.parts.advantage, "selector": self.parts.selector, "critic": self.critic}
+        for kind in Pipeline.STATEFUL_LISTS:
+            named.update({f"{kind}.{i}": p for i, p in enumerate(getattr(self.parts, kind))})
         return {k: p for k, p in named.items() if hasattr(p, "state_dict") and hasattr(p, "load_state_dict")}
 
     def _write_run_files(self) -> None:
@@ -373,7 +374,7 @@ class Trainer:
         in RUN/reference) because checkpoints hold only the adapter, unless ``model.path`` rebuilds it."""
         if is_lora(model):
             return reference_of(model), not base_from_path
-        needs_ref = self.cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
+        needs_ref = self.cfg.algorithm.kl_coef > 0 or self.parts.sampler.needs_reference
         return (self._frozen_copy(model), True) if needs_ref else (None, False)
 
     @staticmethod

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 
-def validate_run(cfg: Any, writes: bool = True) -> dict[str, Any] | None:
+def validate_run(cfg: Any, writes: bool = True) -> Any:
     """Everything about a run that can fail without training: every plug-in built with its parameters
     (the task probed, so a bad dataset fails here) and, on the process that ``writes`` it (rank 0), the
     run folder writable (other ranks, e.g. on other nodes, create nothing there).
 
-    Returns what it built for the gradient trainer to reuse (``build_pipeline``'s parts: each plug-in is
+    Returns what it built for the gradient trainer to reuse (``build_pipeline``'s ``Pipeline``: each plug-in is
     built once per run), or None for a loop of its own, which builds its task itself."""
     from rlvr.train.build import build_pipeline, build_plugin, build_task
     from rlvr.train.config import PluginSpec

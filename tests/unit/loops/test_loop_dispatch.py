@@ -134,9 +134,9 @@ def test_make_trainer_builds_the_loop_of_the_named_plugin_with_the_callbacks_aft
 def test_the_pipeline_validation_built_is_the_trainers(tmp_path, monkeypatch):
     # Each plug-in is built once per run: validate_run returns the pipeline and make_trainer hands it on.
     from rlvr.train import build, trainer as trainer_module
-    built: list[dict] = []
+    built: list = []
 
-    def counted(cfg: Any) -> dict:
+    def counted(cfg: Any) -> Any:
         built.append(real(cfg))
         return built[-1]
     real = build.build_pipeline
@@ -145,7 +145,7 @@ def test_the_pipeline_validation_built_is_the_trainers(tmp_path, monkeypatch):
     cfg = tiny_config(tmp_path)
     parts = validate_run(cfg, writes=False)
     trainer = make_trainer(cfg, parts=parts)
-    assert len(built) == 1 and trainer.parts is parts and trainer.collector.task is parts["task"]
+    assert len(built) == 1 and trainer.parts is parts and trainer.collector.task is parts.task
     assert make_trainer(cfg).parts is built[-1] and len(built) == 2  # without them the trainer builds its own
     own = tiny_config(tmp_path, [f"optim.name={HERE}:OwnLoop"])
     assert validate_run(own, writes=False) is None and len(built) == 2  # a loop of its own builds its task itself
@@ -165,7 +165,9 @@ def test_train_run_hands_the_validated_pipeline_to_the_trainer(tmp_path, monkeyp
     monkeypatch.setattr(run_module, "make_trainer", recording)
     with pytest.raises(Stop):
         run_module.train_run(tiny_config(tmp_path, ["warm_start.steps=0"]))
-    assert isinstance(seen[0], dict) and {"task", "sampler", "advantage", "objective"} <= set(seen[0])
+    from rlvr.train.pipeline import Pipeline
+    assert isinstance(seen[0], Pipeline) and None not in (seen[0].task, seen[0].sampler, seen[0].advantage,
+                                                          seen[0].objective)
 
 
 def test_the_former_name_adamw_reads_as_the_gradient_trainer(tmp_path):
