@@ -138,7 +138,7 @@ def test_grpo_then_es_resumes_in_the_es_phase(tmp_path):
 
 
 def _run_worker(out: Path, nproc: int) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(29600 + os.getpid() % 1000), "-m", "tests.e2e.es_worker", str(out)]

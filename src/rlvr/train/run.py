@@ -49,14 +49,16 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
 
 
 def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 callbacks: list | None = None, parts: Pipeline | None = None) -> Runnable:
+                 callbacks: list | None = None, parts: Pipeline | None = None, checked: bool = False) -> Runnable:
     """The training loop of the loop plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
     tokenizer=...)``): the gradient ``Trainer`` for ``gradient``, a loop of its own for ES and friends, each
     a ``Runnable`` (``rlvr.train.loop``; a loop lacking a member is a TypeError naming it).
     ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them.
-    ``parts``: the plug-ins ``validate_run`` built for a loop that ``builds_pipeline``, reused by it."""
-    from rlvr.train.precision import check_supported
-    check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
+    ``parts``: the plug-ins ``validate_run`` built for a loop that ``builds_pipeline``, reused by it.
+    ``checked``: ``train_run`` made the support check already (it makes it once, before any work)."""
+    if not checked:
+        from rlvr.train.precision import check_supported
+        check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     from rlvr.train.build import build_plugin
     from rlvr.train.config import PluginSpec
     plugin = build_plugin("loop", PluginSpec(cfg.optim.name, cfg.optim.params))
@@ -89,8 +91,8 @@ def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokeniz
                callbacks: list | None, parts: Pipeline | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
-        model, tokenizer, info = warm_start_model(cfg)
-    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks, parts=parts)
+        model, tokenizer, info = warm_start_model(cfg, task=None if parts is None else parts.task)
+    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks, parts=parts, checked=True)
     task = trainer.parts.task
     pool = active()
     if pool is not None and uses_pool(task, trainer.parts.reward_functions):
@@ -165,7 +167,7 @@ def _recorded_before_rows(run_dir: Path) -> list[dict]:
 def _record_resumed_config(cfg: Config) -> None:
     """Rewrite RUN/config.yaml when the resume changed it (overrides of ``rlvr.cli.RESUME_KEYS``, a
     copied or moved folder), so it describes the run as it continues."""
-    from rlvr.train.config import CONFIG_FILE, config_text, write_config
+    from rlvr.train.config_yaml import CONFIG_FILE, config_text, write_config
     path = Path(cfg.run.out_dir) / CONFIG_FILE
     if not path.is_file() or path.read_text() != config_text(cfg):
         write_config(path.parent, cfg)
@@ -188,7 +190,7 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
     ``overrides`` (``key.sub=value``) apply to the run's config, or to the defaults with ``task``."""
     from rlvr.models import load_model, load_tokenizer
     from rlvr.registry import build
-    from rlvr.train.config import load_config, replace
+    from rlvr.train.config_yaml import load_config, replace
     how = build("eval_strategy", strategy, **dict(cas or {}))  # an unknown name or option fails before loading
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built

@@ -189,3 +189,18 @@ def test_the_torch_optimizer_is_a_registered_choice_adamw_by_default(tmp_path):
     assert optimizer.defaults["lr"] == 0.01 and optimizer.defaults["weight_decay"] == 0.1
     with pytest.raises(ConfigError, match="unknown optimizer 'lion'; valid names: adamw"):
         validate_run(tiny_config(tmp_path, ["optim.optimizer=lion"]), writes=False)
+
+
+def test_a_warm_started_run_builds_its_task_once_and_checks_support_once(tmp_path, monkeypatch):
+    # the warm start supervises on the task validate_run built; train_run checks support before any
+    # work and make_trainer does not check again
+    from rlvr.train import build, precision, warm_start
+    tasks, checks = [], []
+    real_task, real_check = build.build_task, precision.check_supported
+    counted_task = lambda cfg: (tasks.append(1), real_task(cfg))[1]  # noqa: E731
+    monkeypatch.setattr(build, "build_task", counted_task)
+    monkeypatch.setattr(warm_start, "build_task", counted_task)
+    monkeypatch.setattr(precision, "check_supported", lambda cfg: (checks.append(1), real_check(cfg))[1])
+    from rlvr.train.run import train_run
+    train_run(tiny_config(tmp_path, ["run.steps=1", "warm_start.steps=2", "run.eval_problems=2"]))
+    assert len(tasks) == 1 and len(checks) == 1
