@@ -1,22 +1,10 @@
 """The layers of rlvr, declared once: a module imports only from its own layer or from lower ones.
 
-====  ==============  ====================================================================
- 0    foundation      types, notice, registry, plugin, ops, batching, packing, supervision, lr_schedule,
-                      collectives, files
- 1    math plug-ins   advantages, aggregation, losses, filters, weighting, selection, optim (the
-                      loops' math: ES, noise, merging, quantisation, TinyLoRA; the torch
-                      optimizers); the package root (it re-exports aggregation, registry and types)
- 2    problems        tasks, rewards, models
- 3    episodes        sft (the supervised warm start), envs (multi-turn environments)
- 4    generation      rollout, critic, eval, analysis
- 5    training        train, presets
- 6    own loops       loops (the gradient trainer's plug-in, ES, GRPO→ES, Hyper-ES, Progressive
-                      RLVR, LURE; the report of ``rlvr bound``, which loads a trained run)
- 7    front ends      compare, plots, quickstart, integrations, catalogue, listing, cli, __main__
-====  ==============  ====================================================================
+``LAYERS`` gives each folder or top-level module below ``rlvr`` its layer (``""`` is the package root),
+never a dotted name: a folder is one layer, and a module's layer is its folder's; every top-level name
+needs one. ``LAYER_NAMES`` says what each layer is. docs/design.md §5 is generated from both
+(``python -m rlvr.layout``), each folder described by its own docstring.
 
-A key is a folder or a top-level module below ``rlvr`` (``""`` is the package root), never a dotted
-name: a folder is one layer, and a module's layer is its folder's; every top-level name needs one.
 Built-in plug-ins are found by name (``rlvr.registry``), never imported by the layers under them; a
 layer that needs something of a higher one is handed it (a callable, a Protocol, a ContextVar:
 ``rlvr.rollout.lockstep``, ``rlvr.rollout.warm_start``). ``tests/unit/test_layers.py`` checks every import
@@ -44,7 +32,13 @@ LAYERS: dict[str, int] = {
     "loops": 6,
     # 7 front ends
     "compare": 7, "plots": 7, "quickstart": 7, "integrations": 7, "cli": 7, "__main__": 7, "catalogue": 7,
-    "listing": 7,
+    "listing": 7, "layout": 7,
+}
+
+
+LAYER_NAMES: dict[int, str] = {
+    0: "foundation", 1: "math plug-ins", 2: "problems", 3: "episodes", 4: "generation", 5: "training",
+    6: "own loops", 7: "front ends",
 }
 
 

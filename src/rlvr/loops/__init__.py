@@ -1,5 +1,6 @@
-"""Training loops (kind "loop"), each a registered plug-in that ``optim.name`` picks: the gradient
-trainer (``gradient``, the default), ES, GRPO→ES, Hyper-ES, Progressive RLVR, LURE.
+"""Training loops (kind "loop"): the gradient trainer, ES, GRPO→ES, Hyper-ES, Progressive RLVR, LURE.
+
+Each is a registered plug-in that ``optim.name`` picks (``gradient``, the default).
 
 Importing this package registers them (``rlvr.train.run.make_trainer`` builds the one named); their
 protocol is ``rlvr.train.loop_plugin.LoopPlugin``, the math they run ``rlvr.optim``.

@@ -1,7 +1,8 @@
-"""The math of the training loops (``rlvr.loops``): ES (``es``, ``noise``), model merging
-(``merging``), TinyLoRA (``tinylora``), quantisation (``quantize``); and the torch optimizers of the
-gradient steps (kind "optimizer": ``adamw``; ``base`` is their protocol). Nothing here imports a loop
-or the trainer.
+"""The training loops' math and the torch optimizers: ES, merging, TinyLoRA, quantisation; AdamW.
+
+ES (``es``, ``noise``), model merging (``merging``), TinyLoRA (``tinylora``) and quantisation
+(``quantize``) are what ``rlvr.loops`` runs; the torch optimizers of the gradient steps are kind
+"optimizer" (``adamw``; ``base`` is their protocol). Nothing here imports a loop or the trainer.
 """
 
 from rlvr.optim.base import TorchOptimizer
