@@ -78,7 +78,7 @@ def overrides(args: argparse.Namespace, mode: str, out: str) -> list[str]:
 
 def run_mode(args: argparse.Namespace) -> dict:
     """In the child process: train one mode and time its steps."""
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.logging import read_metrics
     from rlvr.train.trainer import Trainer
     out = tempfile.mkdtemp(prefix=f"async_speed_{args.child}_")

@@ -36,7 +36,7 @@ def main() -> None:
     start = time.perf_counter()
 
     from rlvr.eval.cas import CASConfig, equal_budget, majority_correct, run_cas, sample_answers, summarize
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.run import heldout, warm_start_model
 
     cfg = load_config(None, [f"run.seed={args.seed}", f"run.threads={args.threads}"],

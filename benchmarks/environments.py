@@ -69,7 +69,7 @@ def episode_rewards(model: torch.nn.Module, tokenizer: Any, cfg: Any, problems: 
 def run_preset(preset: str, args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     """Warm start, evaluate, train ``args.steps`` RL steps with ``preset``, evaluate again."""
     from rlvr.train.build import build_task
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.logging import read_metrics
     from rlvr.train.run import heldout, warm_start_model
     from rlvr.train.trainer import Trainer
@@ -146,7 +146,7 @@ def lure(args: argparse.Namespace) -> dict[str, Any]:
     """LURE on lure_arithmetic and lure_countdown: environment-made warm start, then self-play."""
     import dataclasses
     from rlvr.envs.lure_demos import warm_start
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.run import make_trainer
     start = time.perf_counter()
     cfg = load_config(str(PRESETS / "lure.yaml"), [
@@ -170,7 +170,7 @@ def chess_testbed(args: argparse.Namespace) -> dict[str, Any]:
     """Pretrain (two budgets) -> SFT on traces -> RL on puzzles; post-RL accuracy per budget."""
     from rlvr.analysis.chess import pretraining_report
     from rlvr.train.chess_pipeline import run_pipeline
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     start, runs = time.perf_counter(), []
     for budget in (0, 600):
         cfg = load_config(str(PRESETS / "chess_rl.yaml"), [

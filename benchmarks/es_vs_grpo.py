@@ -77,7 +77,7 @@ class PeakRSS:
 
 
 def _config(args: argparse.Namespace, method: str):
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     out = Path(args.out)
     base = {"model": {"path": str(out / "warm")}, "task": {"name": "arithmetic"}, "warm_start": {"steps": 0},
             "optim": {"lr": args.lr},
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
 def _warm_start(args: argparse.Namespace, out: Path) -> dict:
     """The shared starting policy, saved once under OUT/warm (reused when present), and its scores."""
     from rlvr.train.build import build_task
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.run import heldout, warm_start_model
     folder = out / "warm"
     cfg = load_config(None, base={"task": {"name": "arithmetic"}, "run": {"seed": args.seed, "threads": args.threads},

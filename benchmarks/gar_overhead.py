@@ -45,7 +45,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.run import warm_start_model
     from rlvr.train.trainer import Trainer
 

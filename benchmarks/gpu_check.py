@@ -106,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --- the workers: one stage in this process (or in each rank of a launched job) -------------------
 
 def _config(args: argparse.Namespace, stage: str, example: Path, out: Path, extra: tuple[str, ...] = ()):
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     overrides = [f"model.path={example / 'model'}", f"task.params.path={example / 'data' / 'train.jsonl'}",
                  "task.params.verifier=numeric", f"rollout.prompts_per_step={args.prompts}",
                  f"rollout.group_size={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",

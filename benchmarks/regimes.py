@@ -25,7 +25,7 @@ import torch
 
 from rlvr.eval import evaluate
 from rlvr.train.build import build_task
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import load_config
 from rlvr.train.run import heldout, warm_start_model
 
 REGIMES = ("hard", "confident", "mixed_pool", "long")

@@ -83,7 +83,7 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from rlvr.models.tiny import count_parameters
     from rlvr.train.build import build_model
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.trainer import Trainer
     example, setting = Path(args.example), args.worker
     torch.set_num_threads(args.threads)

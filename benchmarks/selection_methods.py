@@ -76,7 +76,7 @@ def main() -> None:
 def reuse_warm_starts(source: Path, out_dir: Path, base: dict, seeds: list[int]) -> list[int]:
     """Copy ``source``'s warm-started model of each seed whose warm-start setup (model, task,
     warm_start, rollout, seed) equals this comparison's; ``rlvr compare`` then skips building it."""
-    from rlvr.train.config_yaml import load_config, merge, to_dict
+    from rlvr.train.config import load_config, merge, to_dict
     copied = []
     for seed in seeds:
         src, dst = source / "warm" / f"seed{seed}", out_dir / "warm" / f"seed{seed}"

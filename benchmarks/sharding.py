@@ -42,7 +42,7 @@ def _local_bytes(tensors) -> int:
 
 def worker(out: Path, overrides: list[str]) -> None:
     """One rank: train, measure, write ``out/rank<r>.json``."""
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.trainer import Trainer
     cfg = load_config(str(EXAMPLE), overrides)
     trainer = Trainer(cfg)

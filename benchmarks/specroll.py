@@ -128,7 +128,7 @@ def greedy_identical(model: Any, tok: Any, args: argparse.Namespace) -> bool:
 
 def grpo(model: Any, tok: Any, engine: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """Median seconds per GRPO step (select → update) with the given rollout engine."""
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.logging import read_metrics
     from rlvr.train.trainer import Trainer
     out_dir = folder / engine

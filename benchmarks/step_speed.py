@@ -127,7 +127,7 @@ def prepare_model(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 def _quickstart_model(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """The quickstart's warm start (``rlvr.quickstart.QUICKSTART``) of the benchmark's model size."""
     from rlvr.quickstart import QUICKSTART
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.run import warm_start_model
     base = {"warm_start": QUICKSTART["warm_start"], "task": {"name": "arithmetic"},
             "model": {"hidden": args.hidden, "layers": args.layers, "heads": args.heads},
@@ -145,7 +145,7 @@ def _quickstart_model(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 def run_rlvr(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from rlvr.models import load_model, load_tokenizer
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.logging import read_metrics
     from rlvr.train.trainer import Trainer
     torch.set_num_threads(args.threads)

@@ -77,7 +77,7 @@ def both_arms(model: torch.nn.Module, tokenizer: Any, cfg: Any, problems: list, 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     from rlvr.train.build import build_task
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.logging import read_metrics
     from rlvr.train.run import heldout, warm_start_model
     from rlvr.train.trainer import Trainer

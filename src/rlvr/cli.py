@@ -211,7 +211,7 @@ def plugin_listing() -> dict[str, Any]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rlvr.presets import resolve_config
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.run import train_run
     if args.config and "=" in args.config:  # `train --resume RUN key=value`: no config file given
         args.overrides, args.config = [args.config, *args.overrides], None
@@ -237,7 +237,7 @@ def resume_config(run: str, config: str | None, overrides: list[str]) -> Any:
     whatever folder it was written in (so a copied or moved run resumes in place). Overrides of keys
     outside ``RESUME_KEYS`` are refused, naming them."""
     from pathlib import Path
-    from rlvr.train.config_yaml import load_config, replace
+    from rlvr.train.config import load_config, replace
     if config:
         raise ValueError("with --resume the run's own config.yaml is used; pass only key=value overrides")
     keys = [item.partition("=")[0].strip() for item in overrides]
@@ -257,7 +257,7 @@ def resume_config(run: str, config: str | None, overrides: list[str]) -> Any:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from rlvr.presets import resolve_config
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.run import warm_start_model
     cfg = load_config(resolve_config(args.config), args.overrides)
     model, tokenizer, info = warm_start_model(cfg)

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from rlvr.plots import plot_run
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import load_config
 from rlvr.train.run import train_run
 from rlvr.train.trainer import write_summary
 

@@ -10,7 +10,7 @@ import yaml
 
 from rlvr.cli import main
 from rlvr.registry import build
-from rlvr.train.config_yaml import merge
+from rlvr.train.config import merge
 from rlvr.train.logging import read_metrics
 from tests.helpers.tiny import TINY
 

@@ -69,7 +69,7 @@ def test_word_problems_are_solved_by_their_own_solutions(example):
 def test_example_config_trains_one_step(example, tmp_path):
     from pathlib import Path
 
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.trainer import Trainer
 
     path = Path(__file__).resolve().parents[2] / "configs" / "examples" / "qwen2_grpo.yaml"

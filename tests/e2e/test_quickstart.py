@@ -10,7 +10,7 @@ from rlvr.quickstart import QUICKSTART, quickstart
 from rlvr.tasks.arithmetic import Arithmetic
 from rlvr.train.build import build_task
 from rlvr.train.collect import step_seed
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import load_config
 from rlvr.train.run import heldout
 
 README = Path(__file__).resolve().parents[2] / "README.md"

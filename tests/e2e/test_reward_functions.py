@@ -14,8 +14,7 @@ from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from tests.helpers.tiny import TINY
 from tests.unit.tasks.test_verifier_pool import alive
-from rlvr.train.config import ConfigError
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import ConfigError, load_config
 
 pytest.importorskip("math_verify")
 

@@ -274,7 +274,7 @@ def test_warm_start_weak_model_is_an_earlier_point_of_the_policys_warm_start(tmp
     # weak_model 'warm_start:0.25' with warm_start.steps = 8: the weak model is the run's model after
     # 2 of the same 8 supervised steps, written into the run and reloaded on resume.
     from rlvr.train.run import warm_start_model
-    from rlvr.train.config_yaml import replace
+    from rlvr.train.config import replace
     overrides = ["rollout.sampler={name: prefix, weak_model: 'warm_start:0.25', prefix_fraction: 0.5}",
                  "warm_start.steps=8", "warm_start.batch_size=8"]
     cfg = tiny_config(tmp_path, overrides)
@@ -299,7 +299,7 @@ def test_a_sampler_parameter_set_both_flat_and_under_params_is_an_error():
     """A preset writes `sampler: {name: prefix, weak_model: A}`; an override `sampler.params.weak_model=B`
     used to lose silently to the flat key (a comparison file's outer_prefix ran with the preset's weak
     model). Now it names the key; the flat form overrides as expected."""
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     with pytest.raises(ConfigError, match=r"rollout.sampler.weak_model'\] set twice"):
         load_config("configs/methods/outer_prefix.yaml", ["rollout.sampler.params.weak_model=reference"])
     cfg = load_config("configs/methods/outer_prefix.yaml", ["rollout.sampler.weak_model=reference"])

@@ -13,7 +13,7 @@ import torch
 import rlvr.rollout.samplers.multi_turn as multi_turn
 from rlvr.envs.calculator import calc
 from rlvr.rollout.engines.base import Generation
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import load_config
 from rlvr.train.logging import read_metrics
 from rlvr.train.trainer import Trainer
 from rlvr.train.warm_start import warm_start_model

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from rlvr.registry import param, register
 from rlvr.tasks import Task
 from rlvr.tasks.base import TaskConfig
-from rlvr.train.config import Config
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import Config, load_config
 from rlvr.types import Problem, Score
 
 

@@ -34,8 +34,7 @@ import yaml
 
 from rlvr.compare.claims import Claim, check_roles, parse_claim, parse_rl_seed_offset, parse_role
 from rlvr.presets import resolve_config
-from rlvr.train.config import Config, ConfigError
-from rlvr.train.config_yaml import load_config, merge, parse_override, read_yaml
+from rlvr.train.config import Config, ConfigError, load_config, merge, parse_override, read_yaml
 
 BUDGET_KINDS = ("steps", "rollouts", "seconds")
 METHOD_KEYS = {"preset", "overrides", "role", "claim", "rl_seed_offset"}

@@ -27,8 +27,7 @@ from typing import Any, Callable
 import yaml
 
 from rlvr.compare.config import CompareConfig, Method
-from rlvr.train.config import ConfigError
-from rlvr.train.config_yaml import merge, to_dict
+from rlvr.train.config import ConfigError, merge, to_dict
 
 
 def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] | None = None,
@@ -78,7 +77,7 @@ def _tree(cfg: CompareConfig, method: Method, seed: int, starts: dict[int, Path]
 
 
 def _validated(tree: dict) -> Any:
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     return load_config(None, base=tree)
 
 

@@ -23,8 +23,7 @@ from rlvr.tasks import verify_all
 from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import load_checkpoint, save_checkpoint
 from rlvr.train.collect import step_seed
-from rlvr.train.config import Config
-from rlvr.train.config_yaml import write_config
+from rlvr.train.config import Config, write_config
 from rlvr.train.logging import PhaseTimer
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.pipeline import Pipeline

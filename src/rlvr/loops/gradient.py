@@ -1,5 +1,5 @@
 """The gradient trainer as a loop plug-in: ``optim.name: gradient`` (the default; ``adamw``, its name
-before the loops had a kind of their own, still reads as it, rlvr.train.config.OptimConfig)."""
+before the loops had a kind of their own, still reads as it, rlvr.train.config_schema.OptimConfig)."""
 
 from __future__ import annotations
 

@@ -259,7 +259,7 @@ def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
     the dense deltas ``θ_k − θ_0`` (float64, exact) of every weight some run changed, and metrics."""
     from peft import LoraConfig, get_peft_model
     from rlvr.loops.gradient import GRADIENT_TRAINER
-    from rlvr.train.config_yaml import replace
+    from rlvr.train.config import replace
     from rlvr.train.trainer import Trainer
     theta0 = {n: p.detach().clone() for n, p in base.named_parameters()}
     lr = config.direction_lr or cfg.optim.lr

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rlvr.train.callbacks import run_callbacks
-from rlvr.train.config_yaml import write_config
+from rlvr.train.config import write_config
 
 
 class LocalProcess:

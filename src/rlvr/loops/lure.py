@@ -22,7 +22,7 @@ from rlvr.envs.lure import LURE_ENVS
 from rlvr.envs.lure_credit import EVADER_REWARDS, PROGRESS_CREDITS
 from rlvr.loops.lure_self_play import SelfPlayCollector
 from rlvr.registry import param, register
-from rlvr.train.config_yaml import replace
+from rlvr.train.config import replace
 from rlvr.train.loop_plugin import LoopPlugin
 from rlvr.train.trainer import Trainer
 

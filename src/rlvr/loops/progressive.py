@@ -31,7 +31,7 @@ from rlvr.optim.tinylora import (
     TIES, TinyLoRAConfig, adapter_vector, apply_tinylora, load_adapter_vector, merged_copy,
 )
 from rlvr.registry import param, register
-from rlvr.train.config_yaml import write_config
+from rlvr.train.config import write_config
 from rlvr.train.loop import StepOutput, run_loop
 from rlvr.train.loop_plugin import LoopPlugin
 
@@ -219,7 +219,7 @@ class ProgressiveTrainer:
             raise ValueError("progressive_rlvr: needs a teacher: set optim.params.teacher or rl_steps > 0")
         else:
             from rlvr.loops.gradient import GRADIENT_TRAINER
-            from rlvr.train.config_yaml import replace
+            from rlvr.train.config import replace
             from rlvr.train.trainer import Trainer
             cfg_t = replace(self.cfg, optim={"name": GRADIENT_TRAINER, "params": {}},
                             run={"out_dir": str(self.run_dir / "teacher")})
@@ -310,7 +310,7 @@ def load_adapter_policy(path: str | Path) -> tuple[torch.nn.Module, Any, Any, di
     from safetensors.torch import load_file
     from rlvr.train.build import build_model
     from rlvr.train.checkpoint import load_weights
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     folder = adapter_folder(path)
     info = json.loads((folder / "adapter.json").read_text())
     cfg = load_config(folder / "config.yaml")
@@ -329,7 +329,7 @@ def load_policy(path: str | Path) -> torch.nn.Module:
     if (folder / "config.yaml").exists():
         from rlvr.train.build import build_model
         from rlvr.train.checkpoint import latest_checkpoint, load_weights
-        from rlvr.train.config_yaml import load_config
+        from rlvr.train.config import load_config
         model, _ = build_model(load_config(folder / "config.yaml"))
         ckpt = latest_checkpoint(folder)
         if ckpt is None:

@@ -17,8 +17,7 @@ import torch
 from rlvr.optim.es import ESConfig
 from rlvr.loops.es_trainer import ESTrainer
 from rlvr.train.checkpoint import latest_checkpoint
-from rlvr.train.config import Config
-from rlvr.train.config_yaml import replace
+from rlvr.train.config import Config, replace
 
 
 class SequentialTrainer:

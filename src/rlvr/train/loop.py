@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from rlvr.train.budget import budget_reason
 from rlvr.train.callbacks import Callbacks
 from rlvr.train.checkpoint import latest_checkpoint
-from rlvr.train.config_yaml import to_dict
+from rlvr.train.config import to_dict
 from rlvr.train.logging import RunLogger
 from rlvr.train.memory import step_memory
 from rlvr.train.pipeline import Pipeline

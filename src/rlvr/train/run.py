@@ -167,7 +167,7 @@ def _recorded_before_rows(run_dir: Path) -> list[dict]:
 def _record_resumed_config(cfg: Config) -> None:
     """Rewrite RUN/config.yaml when the resume changed it (overrides of ``rlvr.cli.RESUME_KEYS``, a
     copied or moved folder), so it describes the run as it continues."""
-    from rlvr.train.config_yaml import CONFIG_FILE, config_text, write_config
+    from rlvr.train.config import CONFIG_FILE, config_text, write_config
     path = Path(cfg.run.out_dir) / CONFIG_FILE
     if not path.is_file() or path.read_text() != config_text(cfg):
         write_config(path.parent, cfg)
@@ -190,7 +190,7 @@ def evaluate_path(path: str, *, task: str = "arithmetic", problems: int = 200, k
     ``overrides`` (``key.sub=value``) apply to the run's config, or to the defaults with ``task``."""
     from rlvr.models import load_model, load_tokenizer
     from rlvr.registry import build
-    from rlvr.train.config_yaml import load_config, replace
+    from rlvr.train.config import load_config, replace
     how = build("eval_strategy", strategy, **dict(cas or {}))  # an unknown name or option fails before loading
     folder = Path(path)
     if (folder / "config.yaml").exists():  # a run folder: its config says how the model was built

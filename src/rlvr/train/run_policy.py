@@ -13,7 +13,7 @@ from rlvr.models.export import MARKER, export_policy
 from rlvr.models.lora import add_lora, reference_of
 from rlvr.train.build import build_model
 from rlvr.train.checkpoint import CheckpointError, latest_checkpoint, load_weights, verify_checkpoint
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import load_config
 from rlvr.train.run_dir import archive
 
 

@@ -38,8 +38,7 @@ from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.async_collect import AsyncCollector
 from rlvr.train.collect import Collector, StepCollector
-from rlvr.train.config import Config, ConfigError
-from rlvr.train.config_yaml import write_config
+from rlvr.train.config import Config, ConfigError, write_config
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
 from rlvr.train.logging import PhaseTimer

@@ -7,8 +7,7 @@ from typing import Any, Callable
 import torch
 
 from rlvr.train.build import build_model, build_task
-from rlvr.train.config import Config
-from rlvr.train.config_yaml import replace
+from rlvr.train.config import Config, replace
 
 
 def warm_start_model(cfg: Config, task: Any = None) -> tuple[torch.nn.Module, Any, dict[str, Any]]:

@@ -5,7 +5,7 @@ value still is."""
 from __future__ import annotations
 
 from rlvr.compare.runner import config_changes
-from rlvr.train.config_yaml import load_config, to_dict
+from rlvr.train.config import load_config, to_dict
 
 
 def test_an_older_spelling_of_the_same_config_is_no_change(tmp_path):

@@ -80,7 +80,7 @@ def test_rl_seed_offset_changes_only_the_rl_seed_and_is_recorded(tmp_path):
 
 
 def test_an_unset_rl_seed_does_not_change_a_saved_run(tmp_path):
-    from rlvr.train.config_yaml import load_config, to_dict
+    from rlvr.train.config import load_config, to_dict
     cfg = CompareConfig(out_dir=tmp_path, base={}, methods=(Method("grpo"),), seeds=(0,), budget={"rollouts": 64})
     tree = to_dict(load_config(None, [f"run.out_dir={tmp_path}", "run.seed=0", "run.steps=5"]))
     assert tree["run"]["rl_seed"] is None

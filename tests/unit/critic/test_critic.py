@@ -12,8 +12,7 @@ from rlvr.critic.view import template_fields
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import encode_prompts
 from rlvr.train.checkpoint import load_checkpoint, save_checkpoint
-from rlvr.train.config import ConfigError
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import ConfigError, load_config
 from rlvr.types import BatchError, Problem, Rollouts
 
 

@@ -120,7 +120,7 @@ def test_gguf_path_loads_the_same_model_and_tokenizer(tiny):
 
 def test_model_path_gguf_trains_config_and_exports_an_ordinary_folder(tiny, tmp_path):
     from rlvr.train.build import build_model
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
 
     source, source_tok, path = tiny
     model, tok = build_model(load_config(None, [f"model.path={path}"]))

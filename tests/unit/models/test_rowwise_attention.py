@@ -109,7 +109,7 @@ def test_sliding_windows_keep_transformers_sdpa_and_a_forced_pack_is_refused(tok
     """Row-wise sdpa computes plain causal attention per row: a sliding-window model keeps sdpa under
     optim.packing=auto, and a packed pass forced through row-wise sdpa stops with the reason."""
     from rlvr.models.rowwise_attention import rowwise_refusal
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.precision import attention_kernel
     sizes = {"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
@@ -164,7 +164,7 @@ def test_a_transformers_that_refuses_the_implementation_keeps_sdpa(monkeypatch):
     """Where set_attn_implementation rejects the registered name (an older transformers), the policy
     keeps transformers' sdpa and auto then runs padded passes, instead of the run failing."""
     from rlvr.models import build_char_tokenizer, build_tiny_model
-    from rlvr.train.config_yaml import load_config
+    from rlvr.train.config import load_config
     from rlvr.train.precision import configure_policy
     model = build_tiny_model(build_char_tokenizer(), hidden=32, layers=1, heads=2)
     real = type(model).set_attn_implementation

@@ -13,7 +13,7 @@ import torch
 from rlvr.registry import build
 from rlvr.rollout.generator import GeneratorError, GeneratorProcess
 from rlvr.rollout.weight_sync import layout, unique_tensors
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import load_config
 from rlvr.types import Problem
 
 

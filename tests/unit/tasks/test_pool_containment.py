@@ -15,8 +15,7 @@ import pytest
 from rlvr.tasks import pool as pool_mod
 from rlvr.tasks.pool import VerifierPool
 from rlvr.tasks.procs import session_members
-from rlvr.train.config import ConfigError
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import ConfigError, load_config
 from rlvr.types import Score
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and RLIMIT_AS: Linux")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.registry import build
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import load_config
 
 
 def test_defaults_keep_the_original_problem_stream():

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.train.async_check import correction_of
-from rlvr.train.config import ConfigError
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import ConfigError, load_config
 
 PRESETS = Path(__file__).resolve().parents[3] / "configs" / "methods"
 

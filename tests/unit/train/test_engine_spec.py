@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from rlvr.rollout.samplers.base import engine_kwargs
-from rlvr.train.config import Config, ConfigError, PluginSpec
-from rlvr.train.config_yaml import from_dict, load_config, to_dict
+from rlvr.train.config import Config, ConfigError, PluginSpec, from_dict, load_config, to_dict
 
 OPTIONS = {"num_heads": 2, "reflex": False}
 

@@ -6,8 +6,7 @@ import re
 
 import pytest
 
-from rlvr.train.config import ConfigError, OptimConfig
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import ConfigError, OptimConfig, load_config
 
 
 def test_packing_takes_auto_always_never():

@@ -7,8 +7,7 @@ import pytest
 import yaml
 
 from rlvr.cli import main
-from rlvr.train.config import ConfigError
-from rlvr.train.config_yaml import load_config
+from rlvr.train.config import ConfigError, load_config
 from tests.helpers.tiny import TINY
 
 BAD = {
