@@ -25,12 +25,12 @@ REGENERATE = "PYTHONPATH=src python -m rlvr.catalogue > docs/catalogue.md"
 # Where a preset names a plug-in of each kind (the key that holds its ``{name: ...}`` spec).
 _PRESET_KEYS = {
     "advantage": "advantage", "loss": "loss", "filters": "filter", "selector": "selector",
-    "shapers": "shaper", "weightings": "weighting", "optim": "optimizer", "sampler": "sampler",
+    "shapers": "shaper", "weightings": "weighting", "optim": "loop", "sampler": "sampler",
     "engine": "engine", "task": "task", "verifier": "verifier", "teacher": "teacher",
 }
-# Keys that name plug-ins by bare names (not ``{name: ...}`` specs): rollout.engine, a multi-turn
-# sampler's ``env`` and LURE's ``envs``.
-_BARE_KEYS = {"engine": "engine", "env": "environment", "envs": "environment"}
+# Keys that name plug-ins by bare names (not ``{name: ...}`` specs): rollout.engine, optim.optimizer,
+# a multi-turn sampler's ``env`` and LURE's ``envs``.
+_BARE_KEYS = {"engine": "engine", "optimizer": "optimizer", "env": "environment", "envs": "environment"}
 
 
 def preset_uses(folder: Path) -> dict[tuple[str, str], list[str]]:

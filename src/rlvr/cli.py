@@ -332,7 +332,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    from rlvr.analysis.bound_report import bound_report
+    from rlvr.loops.bound_report import bound_report
     _print_summary(bound_report(args.path, problems=args.problems, delta=args.delta, seed=args.seed,
                                 decode=args.decode, max_new_tokens=args.max_new_tokens))
     return 0

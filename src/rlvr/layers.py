@@ -1,22 +1,10 @@
 """The layers of rlvr, declared once: a module imports only from its own layer or from lower ones.
 
-====  ==============  ====================================================================
- 0    foundation      types, notice, registry, plugin, ops, batching, packing, supervision, lr_schedule,
-                      collectives, files; sandbox (guarded execution: the verifier pool, the code sandbox)
- 1    math plug-ins   advantages, aggregation, losses, filters, weighting, selection; the
-                      math of optim/ (base, es, noise, merging, quantize, tinylora); the
-                      package root (it re-exports aggregation, registry and types)
- 2    problems        tasks, rewards, models
- 3    episodes        sft (the supervised warm start), envs (multi-turn environments)
- 4    generation      rollout, critic, eval, analysis
- 5    training        train, presets
- 6    own loops       optim/'s trainer plug-ins (ES, GRPO→ES, HyperES, progressive, LURE);
-                      reports that load a trained run (analysis.bound_report)
- 7    front ends      compare, plots, quickstart, integrations, catalogue, listing, cli, __main__
-====  ==============  ====================================================================
+``LAYERS`` gives each folder or top-level module below ``rlvr`` its layer (``""`` is the package root),
+never a dotted name: a folder is one layer, and a module's layer is its folder's; every top-level name
+needs one. ``LAYER_NAMES`` says what each layer is. docs/design.md §5 is generated from both
+(``python -m rlvr.layout``), each folder described by its own docstring.
 
-A key is a dotted name below ``rlvr`` (``""`` is the package root); a module's layer is that of its
-longest key (``optim.es`` → 1, ``optim.lure`` → ``optim`` → 6); every top-level name needs one.
 Built-in plug-ins are found by name (``rlvr.registry``), never imported by the layers under them; a
 layer that needs something of a higher one is handed it (a callable, a Protocol, a ContextVar:
 ``rlvr.rollout.lockstep``, ``rlvr.rollout.warm_start``). ``tests/unit/test_layers.py`` checks every import
@@ -31,8 +19,7 @@ LAYERS: dict[str, int] = {
     "lr_schedule": 0, "layers": 0, "packing": 0, "collectives": 0, "files": 0, "sandbox": 0,
     # 1 math plug-ins
     "": 1, "advantages": 1, "aggregation": 1, "losses": 1, "filters": 1, "weighting": 1, "selection": 1,
-    "optim.base": 1, "optim.es": 1, "optim.noise": 1, "optim.merging": 1, "optim.quantize": 1,
-    "optim.tinylora": 1,
+    "optim": 1,
     # 2 problems
     "tasks": 2, "rewards": 2, "models": 2,
     # 3 episodes
@@ -42,20 +29,24 @@ LAYERS: dict[str, int] = {
     # 5 training
     "train": 5, "presets": 5,
     # 6 own loops
-    "optim": 6, "analysis.bound_report": 6,
+    "loops": 6,
     # 7 front ends
     "compare": 7, "plots": 7, "quickstart": 7, "integrations": 7, "cli": 7, "__main__": 7, "catalogue": 7,
-    "listing": 7,
+    "listing": 7, "layout": 7,
+}
+
+
+LAYER_NAMES: dict[int, str] = {
+    0: "foundation", 1: "math plug-ins", 2: "problems", 3: "episodes", 4: "generation", 5: "training",
+    6: "own loops", 7: "front ends",
 }
 
 
 def layer_of(module: str) -> int:
-    """The layer of ``module`` (a dotted name such as ``rlvr.optim.es``): its longest key's."""
+    """The layer of ``module`` (a dotted name such as ``rlvr.optim.es``): its folder's (or its own, for a
+    top-level module)."""
     parts = module.split(".")[1:]  # below "rlvr"
-    if not parts:
-        return LAYERS[""]
-    for n in range(len(parts), 0, -1):
-        key = ".".join(parts[:n])
-        if key in LAYERS:
-            return LAYERS[key]
-    raise KeyError(f"{module}: no layer declared in rlvr.layers.LAYERS")
+    key = parts[0] if parts else ""
+    if key not in LAYERS:
+        raise KeyError(f"{module}: no layer declared in rlvr.layers.LAYERS")
+    return LAYERS[key]

@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 
 KINDS = (
     "selector", "sampler", "engine", "verifier", "shaper", "filter", "advantage",
-    "weighting", "loss", "optimizer", "task", "teacher", "environment", "tracker",
+    "weighting", "loss", "loop", "optimizer", "task", "teacher", "environment", "tracker",
     "eval_strategy",
 )
 
@@ -33,6 +33,7 @@ _BUILTIN_MODULES = {
     "sampler": ("rlvr.rollout",),
     "engine": ("rlvr.rollout.engines",),
     "weighting": ("rlvr.weighting",),
+    "loop": ("rlvr.loops",),
     "optimizer": ("rlvr.optim",),
     "teacher": ("rlvr.rewards.teacher",),
     "environment": ("rlvr.envs",),

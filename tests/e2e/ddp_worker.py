@@ -33,7 +33,7 @@ def run_fixed(trainer: Trainer, mask_cut: bool = False, savings: bool = False) -
     per_rank = B // acc.num_processes
     rows = torch.arange(acc.process_index * per_rank * G, (acc.process_index + 1) * per_rank * G)
     local = batch.select(rows)
-    local.advantages = trainer.parts["advantage"](AdvantageInputs(
+    local.advantages = trainer.parts.advantage(AdvantageInputs(
         rewards=local.rewards, mask=local.completion_mask, group_ids=local.group_ids)).advantages
     if mask_cut:
         mask_truncated(local, eos)

@@ -122,7 +122,7 @@ def run_preset(name: str, out: Path) -> dict[str, Any]:
         record["uids"].append([p.uid for p in batch.problems[:rows]])
         record["adv"].append([batch.advantages[i][mask[i]].tolist() for i in range(rows)])
         record["width"].append(int(mask.shape[1]))
-    selector = trainer.parts["selector"]
+    selector = trainer.parts.selector
     record["state"] = selector.state_dict() if hasattr(selector, "state_dict") else None
     record["flat"] = torch.cat([p.detach().flatten() for p in trainer.policy.parameters()]).tolist()
     record["world"] = trainer.acc.num_processes

@@ -19,7 +19,7 @@ PRESET = str(Path(__file__).resolve().parents[2] / "configs" / "methods" / "ches
 
 def test_chess_rl_preset_trains(tmp_path):
     trainer = Trainer(tiny_config(tmp_path, ["run.steps=2"], path=PRESET))
-    assert trainer.parts["task"].name == "chess_puzzles"
+    assert trainer.parts.task.name == "chess_puzzles"
     trainer.train()
     rows = read_metrics(tmp_path)
     assert [r["step"] for r in rows] == [1, 2]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from rlvr.optim.es_trainer import ESTrainer
-from rlvr.optim.sequential import SequentialTrainer
+from rlvr.loops.es_trainer import ESTrainer
+from rlvr.loops.sequential import SequentialTrainer
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
@@ -58,7 +58,7 @@ def test_es_feeds_the_selector_and_checkpoints_its_state(tmp_path):
     trainer = make_trainer(cfg)
     trainer.train()
     success = _state(tmp_path)["plugins"]["selector"]["success"]
-    assert len(success) == 3 and success == trainer.parts["selector"].state_dict()["success"]
+    assert len(success) == 3 and success == trainer.parts.selector.state_dict()["success"]
 
 
 def test_the_rollout_budget_is_a_hard_cap_for_es(tmp_path):
@@ -138,7 +138,7 @@ def test_grpo_then_es_resumes_in_the_es_phase(tmp_path):
 
 
 def _run_worker(out: Path, nproc: int) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_port", str(29600 + os.getpid() % 1000), "-m", "tests.e2e.es_worker", str(out)]

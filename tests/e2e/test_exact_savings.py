@@ -23,7 +23,7 @@ def _update(tmp_path, name: str, overrides: list[str]) -> tuple[torch.Tensor, di
     in unanimous groups, left-padded prompts, completions of 2..8 tokens)."""
     trainer = Trainer(tiny_config(tmp_path / name, ["optim.micro_batch_size=3", *overrides]))
     batch = savings_global_batch(trainer.policy.config.vocab_size)
-    batch.advantages = trainer.parts["advantage"](AdvantageInputs(
+    batch.advantages = trainer.parts.advantage(AdvantageInputs(
         rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
     before = torch.cat([p.detach().flatten().clone() for p in trainer.policy.parameters()])
     metrics = trainer.update(batch)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlvr.envs.lure import STEP_SEP, LureEnvironment
-from rlvr.optim.lure import LURETrainer
+from rlvr.loops.lure_self_play import SelfPlayCollector
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.logging import read_metrics
 from rlvr.train.run import make_trainer, train_run
@@ -48,14 +48,14 @@ def test_lure_preset_self_plays_with_a_round_anchored_kl(tmp_path):
 def test_lure_resume_mid_round_is_exact(tmp_path, monkeypatch):
     overrides = ["run.steps=4", "run.save_every=2", "optim.params.round_steps=3", *SMALL]
     full = make_trainer(tiny_config(tmp_path / "full", overrides, path=PRESET))
-    assert isinstance(full, LURETrainer)
+    assert isinstance(full.collector, SelfPlayCollector)
     full.train()
     expected = weights(full.policy)
 
     # resumes at step 2 of round [0, 3): the reference must be the round's anchor, not the initial model
     resumed = crash_then_resume(monkeypatch, lambda: make_trainer(tiny_config(tmp_path / "crash", overrides,
                                                                               path=PRESET)))
-    assert isinstance(resumed, LURETrainer)
+    assert isinstance(resumed.collector, SelfPlayCollector)
     got = weights(resumed.policy)
     for key in expected:
         assert torch.equal(expected[key], got[key]), key
@@ -89,7 +89,7 @@ def test_heldout_tasks_cover_every_level_and_come_from_their_own_stream():
     import random
 
     from rlvr.envs.base import build_env
-    from rlvr.optim.lure_eval import heldout_tasks
+    from rlvr.loops.lure_eval import heldout_tasks
 
     env = build_env("lure_arithmetic")
     tasks = heldout_tasks(env, 3, seed=0)
@@ -145,7 +145,7 @@ def test_lure_mechanism_fires_once_the_pursuer_captures_some_tasks(tmp_path, hal
 def test_the_warm_start_runs_once_and_before_the_evaluation_before_rl(tmp_path, monkeypatch):
     # rlvr train's evaluation before RL must measure the warm-started pursuer (the point self-play starts
     # from), so LURE warms up at its first evaluation or step, whichever comes first, and only once.
-    import rlvr.optim.lure as lure_module
+    import rlvr.loops.lure_self_play as lure_module
     events: list[str] = []
     warm, heldout = lure_module.warm_start, lure_module.pursuit_heldout
     monkeypatch.setattr(lure_module, "warm_start", lambda *a, **k: (events.append("warm"), warm(*a, **k))[1])
@@ -168,11 +168,11 @@ def test_another_rl_seed_changes_self_play_but_not_the_warm_start_or_the_heldout
         extra = [] if rl_seed is None else [f"run.rl_seed={rl_seed}"]
         trainer = make_trainer(tiny_config(tmp_path / str(rl_seed), ["run.steps=1", "run.seed=3", *extra, *SMALL],
                                            path=PRESET))
-        trainer.warm_up()
-        sample = trainer.proposer.sample
-        monkeypatch.setattr(trainer.proposer, "sample",
+        trainer.collector.warm_up(trainer.policy)
+        sample = trainer.collector.proposer.sample
+        monkeypatch.setattr(trainer.collector.proposer, "sample",
                             lambda model, problems, n, ctx, _s=sample: (seeds.append(ctx.seed), _s(model, problems, n, ctx))[1])
-        trainer.self_play(trainer.policy, 0)
+        trainer.collector.self_play(trainer.policy, 0)
         trainers.append(trainer)
     assert seeds == [step_seed(3, 0, 0), step_seed(1000, 0, 0)]
     first, second = (weights(t.policy) for t in trainers)
@@ -182,14 +182,14 @@ def test_another_rl_seed_changes_self_play_but_not_the_warm_start_or_the_heldout
 def test_a_cached_warm_start_equals_the_warm_start_bit_for_bit(tmp_path, monkeypatch):
     # Exact speed-up: the second trainer loads what the first saved instead of warming up; its weights
     # equal a trainer that warmed up itself, and a change of warm-start setting misses the cache.
-    import rlvr.optim.lure as lure_module
+    import rlvr.loops.lure_self_play as lure_module
     runs: list[int] = []
     warm = lure_module.warm_start
     monkeypatch.setattr(lure_module, "warm_start", lambda *a, **k: (runs.append(1), warm(*a, **k))[1])
 
     def warmed(name: str, *extra: str):
         trainer = make_trainer(tiny_config(tmp_path / name, ["run.steps=1", *SMALL, *extra], path=PRESET))
-        trainer.warm_up()
+        trainer.collector.warm_up(trainer.policy)
         return weights(trainer.policy)
 
     cache = f"optim.params.warm_start_cache={tmp_path / 'cache'}"

@@ -49,7 +49,7 @@ def test_fixed_norm_update_ignores_extra_padding(tmp_path):
         if extra:
             pad = lambda x, v: torch.cat([x, torch.full((x.shape[0], extra), v, dtype=x.dtype)], dim=1)  # noqa: E731
             batch.completion_ids, batch.completion_mask = pad(batch.completion_ids, 0), pad(batch.completion_mask, False)
-        batch.advantages = trainer.parts["advantage"](AdvantageInputs(
+        batch.advantages = trainer.parts.advantage(AdvantageInputs(
             rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
         before = _flat(trainer.policy)
         metrics = trainer.update(batch)
@@ -126,13 +126,13 @@ def test_cvpo_curriculum_weights_the_loss_and_is_not_uniform(tmp_path):
     spreads = []
     for step in range(3):
         trainer.step = step
-        selector = copy.deepcopy(trainer.parts["selector"])  # its estimates before this step's observe
+        selector = copy.deepcopy(trainer.parts.selector)  # its estimates before this step's observe
         metrics, batch = trainer.train_step()
         omega = selector.row_weights({"problems": batch.problems, "rewards": batch.rewards})  # (N,)
-        plain = trainer.parts["advantage"](AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask,
+        plain = trainer.parts.advantage(AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask,
                                                            group_ids=batch.group_ids, values=batch.values))
         torch.testing.assert_close(batch.advantages, plain.advantages * omega.unsqueeze(-1))
         spreads.append(metrics["select/loss_weight_std"])
         assert metrics["select/loss_weight_min"] < 1.0 < metrics["select/loss_weight_max"] or spreads[-1] == 0
     assert max(spreads) > 0.05
-    assert len(trainer.parts["selector"].success) > 0
+    assert len(trainer.parts.selector.success) > 0

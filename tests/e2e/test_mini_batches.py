@@ -26,7 +26,7 @@ def _fixed_update(tmp_path, overrides: list[str]) -> tuple[Trainer, object, torc
     sampling, so nothing depends on which tokens a machine's rounding happens to sample)."""
     trainer = Trainer(tiny_config(tmp_path, ["optim.mini_batches=1", *overrides]))
     batch = fixed_global_batch(trainer.policy.config.vocab_size)
-    batch.advantages = trainer.parts["advantage"](AdvantageInputs(
+    batch.advantages = trainer.parts.advantage(AdvantageInputs(
         rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
     before = torch.cat([p.detach().flatten().clone() for p in trainer.policy.parameters()])
     trainer.update(batch)

@@ -25,7 +25,7 @@ def _one_update(tmp_path, overrides: list[str]) -> tuple[Trainer, dict[str, torc
     trainer = Trainer(tiny_config(tmp_path, overrides))
     before = {k: v.detach().float().clone() for k, v in trainer.policy.named_parameters()}
     batch = fixed_global_batch(trainer.policy.config.vocab_size)
-    batch.advantages = trainer.parts["advantage"](AdvantageInputs(
+    batch.advantages = trainer.parts.advantage(AdvantageInputs(
         rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
     trainer.update(batch)
     return trainer, before

@@ -21,14 +21,14 @@ KNOBS = ["run.mixed_precision=bf16", "model.gradient_checkpointing=true", "run.s
 
 
 def _optimizer(preset: str) -> str:
-    return ((yaml.safe_load((PRESETS / f"{preset}.yaml").read_text()) or {}).get("optim") or {}).get("name", "adamw")
+    return ((yaml.safe_load((PRESETS / f"{preset}.yaml").read_text()) or {}).get("optim") or {}).get("name", "gradient")
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in PRESETS.glob("*.yaml")))
 def test_every_preset_takes_mixed_precision_or_refuses_it(tmp_path, preset):
     path = str(PRESETS / f"{preset}.yaml")
     cfg = tiny_config(tmp_path, KNOBS, path=path)
-    if _optimizer(preset) != "adamw":
+    if _optimizer(preset) != "gradient":
         with pytest.raises(ConfigError, match="trains with its own loop") as err:
             check_supported(cfg)
         assert "\n" not in str(err.value)

@@ -87,7 +87,7 @@ def test_trl_reward_functions_train_with_weights(tmp_path, pool_pids):
 def test_weights_reach_the_advantage(tmp_path, monkeypatch):
     trainer = Trainer(_config(tmp_path, REWARDS[:2], steps=1, reward_weights=[0.25]))
     seen = []
-    estimator = type(trainer.parts["advantage"])
+    estimator = type(trainer.parts.advantage)
     call = estimator.__call__
     monkeypatch.setattr(estimator, "__call__", lambda self, inputs: seen.append(inputs) or call(self, inputs))
     trainer.train()

@@ -282,7 +282,7 @@ def test_warm_start_weak_model_is_an_earlier_point_of_the_policys_warm_start(tmp
     after_weak = torch.get_rng_state()
     Trainer(tiny_config(tmp_path / "ref", [*overrides, "rollout.sampler.weak_model=reference"]))
     assert torch.equal(after_weak, torch.get_rng_state())  # building the weak model left the RNG alone
-    weak = trainer.parts["sampler"]._weak
+    weak = trainer.parts.sampler._weak
     assert (tmp_path / "weak_model" / "config.json").exists()
     short, _, info = warm_start_model(replace(cfg, warm_start={"steps": 2}))
     full, _, _ = warm_start_model(cfg)
@@ -291,7 +291,7 @@ def test_warm_start_weak_model_is_an_earlier_point_of_the_policys_warm_start(tmp
     assert all(torch.equal(weak_w[k], short_w[k]) for k in weak_w)
     assert any(not torch.equal(weak_w[k], full_w[k]) for k in weak_w)
     assert not any(p.requires_grad for p in weak.parameters())
-    again = Trainer(cfg).parts["sampler"]._weak  # a second start reads <run>/weak_model
+    again = Trainer(cfg).parts.sampler._weak  # a second start reads <run>/weak_model
     assert all(torch.equal(again.state_dict()[k], weak_w[k]) for k in weak_w)
 
 

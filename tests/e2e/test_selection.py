@@ -89,6 +89,6 @@ def test_supervision_state_resumes_exactly(tmp_path, monkeypatch, preset):
     resumed = crash_then_resume(monkeypatch, lambda: Trainer(tiny_config(tmp_path / "crash", overrides, path=path)))
     want, got = weights(full.policy), weights(resumed.policy)
     assert all(torch.equal(want[k], got[k]) for k in want)
-    assert resumed.parts["selector"].state_dict() == full.parts["selector"].state_dict()
-    assert full.parts["selector"].state_dict() != Trainer(tiny_config(tmp_path / "new", [], path=path)) \
-        .parts["selector"].state_dict()
+    assert resumed.parts.selector.state_dict() == full.parts.selector.state_dict()
+    assert full.parts.selector.state_dict() != Trainer(tiny_config(tmp_path / "new", [], path=path)) \
+        .parts.selector.state_dict()

@@ -31,12 +31,12 @@ PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 
 
 def _gradient_presets() -> list[str]:
-    """Presets trained by the gradient Trainer (optimizer plug-ins such as ES have their own e2e tests)."""
+    """Presets trained by the gradient Trainer (loop plug-ins such as ES have their own e2e tests)."""
     import yaml
     out = []
     for path in sorted(PRESETS.glob("*.yaml")):
         optim = (yaml.safe_load(path.read_text()) or {}).get("optim", {}) or {}
-        if optim.get("name", "adamw") == "adamw":
+        if optim.get("name", "gradient") == "gradient":
             out.append(path.stem)
     return out
 

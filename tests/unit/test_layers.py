@@ -132,6 +132,11 @@ def test_every_layer_key_names_a_module():
     assert not stale, f"rlvr.layers.LAYERS keys that name no module or package: {stale}"
 
 
+def test_a_layer_is_a_folder_or_a_top_level_module():
+    dotted = [key for key in LAYERS if "." in key]
+    assert not dotted, f"rlvr.layers.LAYERS keys below a folder (a folder is one layer): {dotted}"
+
+
 def test_no_import_cycles():
     graph = _allowed(import_graph())
     report = []

@@ -17,7 +17,7 @@ PRESETS = Path(__file__).resolve().parents[2] / "configs" / "methods"
 
 @pytest.mark.parametrize("make,missing", [
     (lambda: build_teacher("llm", {"model": "m"}), "sees_gt"),
-    (lambda: build("optimizer", "grpo_then_es"), "grpo_steps"),
+    (lambda: build("loop", "grpo_then_es"), "grpo_steps"),
     (lambda: SpecRollConfig(), "reflex_eta and reflex_eps"),
     (lambda: build("sampler", "multi_turn"), "cf_samples"),
     (lambda: build("sampler", "multi_turn", cf_samples=2, cf_selector="credit_threshold"), "cf_threshold"),
@@ -31,7 +31,7 @@ def test_missing_required_parameter_is_named(make, missing):
 
 def test_given_values_build():
     assert build_teacher("llm", {"model": "m", "sees_gt": True}).config.sees_gt is True
-    assert build("optimizer", "grpo_then_es", grpo_steps=3).config.grpo_steps == 3
+    assert build("loop", "grpo_then_es", grpo_steps=3).config.grpo_steps == 3
     assert SpecRollConfig(reflex=False).reflex_eta is None  # only required with reflex
     assert build("sampler", "multi_turn", cf_samples=2, cf_selector="credit_threshold",
                  cf_threshold=0.5).config.cf_threshold == 0.5

@@ -32,7 +32,7 @@ FINAL_FRACTION = 0.1
 HIGHER = ("accuracy_after", "accuracy_gain", "final_reward")  # + pass@K, maj@K (added per report)
 CALIBRATION = ("calibration/brier", "calibration/ece")  # of stated confidences (C3RL's claim): lower is better
 LOWER = ("rollouts", "seconds", *CALIBRATION)
-HELDOUT = "heldout/"  # eval keys of a training loop's own held-out measure (rlvr.optim.lure_eval), paired too
+HELDOUT = "heldout/"  # eval keys of a training loop's own held-out measure (rlvr.loops.lure_eval), paired too
 PAIRED = ["accuracy_after", "final_reward"]  # + pass@K and subsets (added per report), then PAIRED_LAST; the
 # gain's difference equals the after-accuracy's when methods share the seed's warm start, so it is not repeated
 PAIRED_LAST = ["seconds"]  # the cost side (SpecRoll's claim is about it): lower is better

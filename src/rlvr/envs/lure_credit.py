@@ -1,7 +1,7 @@
 """LURE's credit (docs/methods.md §2.7, RECONSTRUCTION): the evader's capture-frontier reward, the pursuer's
 capture-anchored monotone progress credit with joint group normalisation, and the round anchor.
 
-Pure math on numbers and tensors; ``rlvr.optim.lure`` wires it into the self-play loop.
+Pure math on numbers and tensors; ``rlvr.loops.lure`` wires it into the self-play loop.
 """
 
 from __future__ import annotations

@@ -1,36 +1,23 @@
-"""The gradient trainer as an optimizer plug-in: ``optim.name: adamw`` (the default)."""
+"""AdamW (Loshchilov & Hutter, arXiv:1711.05101), the default torch optimizer: ``optim.optimizer: adamw``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Iterable
 
 import torch
 
-from rlvr.optim.base import OptimizerPlugin
+from rlvr.optim.base import TorchOptimizer
 from rlvr.plugin import NoConfig
 from rlvr.registry import register
-from rlvr.train.trainer import Trainer
-
-GRADIENT_TRAINER = "adamw"  # its registered name, for the loops that run gradient steps inside their own
 
 
-@register("optimizer", GRADIENT_TRAINER)
-class AdamW(OptimizerPlugin):
-    """The gradient RL trainer: sample, verify, advantages, policy loss, AdamW steps (rlvr.train.trainer).
-
-    Its hyperparameters are the ``optim`` section itself (``lr``, ``betas``, ``weight_decay``,
-    ``grad_clip``, ``schedule``, ``warmup_steps``, ``ppo_epochs``, ``mini_batches``, ...), so
-    ``optim.params`` stays empty. It is the one loop that trains a LoRA policy (``model.lora``),
-    reads the gradient knobs (mixed precision, mini-batches, behaviour log-probs, gradient
-    checkpointing) and builds every RL plug-in the config names (sampler, verifier, advantage, loss,
-    shapers, filters, weightings, selector).
-    """
+@register("optimizer", "adamw")
+class AdamW(TorchOptimizer):
+    """AdamW: Adam with decoupled weight decay (torch.optim.AdamW)."""
 
     Config = NoConfig
-    takes_lora = True
-    gradient_knobs = True
-    builds_pipeline = True
+    paper = "Decoupled Weight Decay Regularization (arXiv:1711.05101)"
 
-    def trainer(self, cfg: Any, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                parts: dict[str, Any] | None = None) -> Any:
-        return Trainer(cfg, model=model, tokenizer=tokenizer, parts=parts)
+    def make(self, params: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float],
+             weight_decay: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)

@@ -1,8 +1,8 @@
 """Evolution strategies at scale (docs/methods.md §1.9): seeded perturbations, z-scored fitness, no backprop.
 
 The math lives here as plain functions on parameter lists (``es_step`` is the OPT hook
-``step(theta, fitness_fn)`` of docs/methods.md §0.3); ``rlvr.optim.es_trainer`` wraps it in a training loop
-with a verifier-reward fitness, and the ``es`` plug-in (``rlvr.optim.es_plugin``) builds that loop
+``step(theta, fitness_fn)`` of docs/methods.md §0.3); ``rlvr.loops.es_trainer`` wraps it in a training loop
+with a verifier-reward fitness, and the ``es`` plug-in (``rlvr.loops.es_plugin``) builds that loop
 from a run config.
 """
 

@@ -31,8 +31,8 @@ def check_async(cfg: Any) -> None:
     a, loss = cfg.rollout.async_rollout, cfg.algorithm.loss
     where = "rollout.async_rollout"
     if not cfg.optim.plugin_class().gradient_knobs:  # the gradient Trainer's collector is what goes async
-        raise ValueError(f"{where}: optimizer '{cfg.optim.name}' runs its own loop; asynchronous generation "
-                         f"needs the gradient trainer (optim.name=adamw)")
+        raise ValueError(f"{where}: loop '{cfg.optim.name}' runs its own loop; asynchronous generation "
+                         f"needs the gradient trainer (optim.name=gradient)")
     sampler, engine = cfg.rollout.sampler, cfg.rollout.engine
     if not _trait(sampler.plugin_class("sampler"), "runs_in_worker"):
         raise ValueError(f"{where}: the generator process runs the {_with('sampler', 'runs_in_worker')} sampler "

@@ -1,8 +1,8 @@
 """The data half of a step with generation ahead of training (``rollout.async_rollout``, issue 31).
 
-``AsyncCollector`` is a ``Collector`` whose sampling runs in a generator worker process
-(:mod:`rlvr.rollout.generator`) while the trainer process keeps selection, verification, shaping,
-filters and budgets. The schedule at step s (k = ``max_staleness``, the trainer's weights are version
+``AsyncCollector`` holds a ``Collector`` whose rounds it feeds (their ``source``): their sampling runs
+in a generator worker process (:mod:`rlvr.rollout.generator`) while the trainer process keeps
+selection, verification, shaping, filters and budgets. The schedule at step s (k = ``max_staleness``, the trainer's weights are version
 s, i.e. s optimizer steps done):
 
 1. wait for batch s (submitted earlier; at the first step or after a resume, submitted now);
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import torch
 
@@ -38,12 +38,18 @@ from rlvr.types import Problem, Rollouts
 ROUND_STRIDE = 100_000  # Collector's group offset per refill round: group id // stride = the round
 
 
-class AsyncCollector(Collector):
-    """A ``Collector`` fed by a generator worker process that runs up to k steps ahead."""
+class AsyncCollector:
+    """A ``Collector`` fed by a generator worker process that runs up to k steps ahead (the
+    ``StepCollector`` of ``rlvr.train.collect``; it takes the ``Collector``'s keyword arguments)."""
+
+    sets_advantages: ClassVar[bool] = False
+    moves_reference: ClassVar[bool] = False
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if self.world_size > 1:
+        self.local = Collector(**kwargs, source=self)  # selects, verifies, shapes, refines; we generate
+        self.cfg, self.tokenizer, self.sampler = self.local.cfg, self.local.tokenizer, self.local.sampler
+        self.seed, self.rank, self.timer = self.local.seed, self.local.rank, self.local.timer
+        if self.local.world_size > 1:
             raise ConfigError("rollout.async_rollout: data parallelism is not supported with a generator "
                               "process (one process only); set max_staleness=0 under torchrun/accelerate")
         self.acfg = self.cfg.async_rollout
@@ -62,6 +68,12 @@ class AsyncCollector(Collector):
             self.close(force=True)  # the run failed: no graceful stop of a worker that may hang
             raise
         self.close()
+
+    def begin(self, policy: torch.nn.Module, resume: bool) -> None:
+        pass
+
+    def heldout_metrics(self, policy: torch.nn.Module) -> dict[str, float]:
+        return {}
 
     def close(self, force: bool = False) -> None:
         if self.worker is not None:
@@ -85,20 +97,20 @@ class AsyncCollector(Collector):
             self._sync_if_due(model, step)
             for ahead in range(step + 1, step + 1 + self.depth):
                 self._submit(ahead, 0)
-        out, metrics = super().collect(model, step, budget)
+        out, metrics = self.local.collect(model, step, budget)
         metrics.update(self._tag(out, step))
         metrics["rollout/generated_completions"] += self._stats["dropped_completions"]  # generated, then dropped
         return out, metrics
 
-    # --- Collector hooks ---------------------------------------------------------------------
+    # --- the rounds of the Collector (its RoundSource) -----------------------------------------
 
-    def _select(self, step: int, round_: int) -> list[Problem]:
+    def select(self, step: int, round_: int) -> list[Problem]:
         key = (step, round_)
         if key in self._requests:  # selected when it was submitted
             return self._requests[key][0]
-        return super()._select(step, round_)
+        return self.local.select(step, round_)
 
-    def _generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
+    def generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
         if round_ not in self._got:  # a refill round: on demand
             self._submit(self._step, round_, problems)
             self._got[round_] = self._fresh(model, self._step, round_)
@@ -123,7 +135,7 @@ class AsyncCollector(Collector):
         if key in self._requests:
             return
         if problems is None:
-            problems = super()._select(step, round_)
+            problems = self.local.select(step, round_)
         request = (problems, step_seed(self.seed, step, self.rank, round_),
                    round_ * ROUND_STRIDE + self.rank * 10_000)
         self._requests[key] = request

@@ -10,6 +10,7 @@ from rlvr.losses.objective import Objective, ObjectiveConfig
 from rlvr.lr_schedule import SCHEDULES, lr_schedule
 from rlvr.registry import RegistryError, build, get
 from rlvr.train.config import Config, ConfigError, PluginSpec
+from rlvr.train.pipeline import Pipeline
 
 
 def build_plugin(kind: str, spec: PluginSpec, cfg: Config | None = None) -> Any:
@@ -50,7 +51,7 @@ def build_objective(cfg: Config) -> Objective:
         entropy_coef=algo.entropy_coef))
 
 
-def build_pipeline(cfg: Config) -> dict[str, Any]:
+def build_pipeline(cfg: Config) -> Pipeline:
     """Every plug-in of the run, built now so a bad name or key fails before any work is done."""
     algo = cfg.algorithm
     task = build_task(cfg)
@@ -75,18 +76,18 @@ def build_pipeline(cfg: Config) -> dict[str, Any]:
         functions = reward_functions(algo.rewards)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    return {
-        "task": task,
-        "reward_functions": functions,
-        "teacher": teacher,
-        "sampler": sampler,
-        "selector": build_plugin("selector", algo.selector),
-        "advantage": advantage,
-        "objective": objective,
-        "shapers": [build_plugin("shaper", s, cfg) for s in algo.shapers],
-        "filters": [build_plugin("filter", f) for f in algo.filters],
-        "weightings": [build_plugin("weighting", w) for w in algo.weightings],
-    }
+    return Pipeline(
+        task=task,
+        reward_functions=functions,
+        teacher=teacher,
+        sampler=sampler,
+        selector=build_plugin("selector", algo.selector),
+        advantage=advantage,
+        objective=objective,
+        shapers=[build_plugin("shaper", s, cfg) for s in algo.shapers],
+        filters=[build_plugin("filter", f) for f in algo.filters],
+        weightings=[build_plugin("weighting", w) for w in algo.weightings],
+    )
 
 
 def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
@@ -105,14 +106,15 @@ def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
 
 
 def build_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW over the trainable parameters (in their own dtype: float32 master weights under mixed
-    precision, a warning for half precision); the schedule counts optimizer steps, ``ppo_epochs`` ×
-    ``mini_batches`` per RL step."""
+    """The torch optimizer ``optim.optimizer`` names (AdamW by default, ``rlvr.optim``) over the trainable
+    parameters (in their own dtype: float32 master weights under mixed precision, a warning for half
+    precision); the schedule counts optimizer steps, ``ppo_epochs`` × ``mini_batches`` per RL step."""
     from rlvr.train.precision import warn_half_updates
     o = cfg.optim
     params = [p for p in model.parameters() if p.requires_grad]
     warn_half_updates(params)
-    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    maker = build_plugin("optimizer", PluginSpec(o.optimizer, o.optimizer_params))
+    optimizer = maker.make(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     total = max(cfg.run.steps * o.ppo_epochs * o.mini_batches, 1)
     if o.schedule not in SCHEDULES:
         raise ConfigError(f"optim.schedule must be constant, linear or cosine, got '{o.schedule}'")

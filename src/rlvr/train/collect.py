@@ -1,9 +1,15 @@
-"""The data half of a step: select → rollout → verify → shape → refine (with DAPO-style refills)."""
+"""The data half of a step: select → rollout → verify → shape → refine (with DAPO-style refills).
+
+What the ``Trainer`` asks of its collector (``Trainer(collector=...)``, a class or factory called with
+the keyword arguments of ``Collector``) is ``StepCollector``: the ``Collector`` here; the
+``AsyncCollector`` (``rlvr.train.async_collect``), which feeds a ``Collector``'s rounds from a generator
+process; LURE's self-play (``rlvr.loops.lure_self_play``), which sets the advantages itself.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Protocol
 
 import torch
 
@@ -21,13 +27,47 @@ def step_seed(seed: int, step: int, rank: int = 0, round_: int = 0) -> int:
     return (seed * 1_000_003 + step * 9_176 + rank * 131 + round_ * 17) % (2**31 - 1)
 
 
+class StepCollector(Protocol):
+    """The data half of the ``Trainer``'s step. ``sets_advantages``: the batch comes with its advantages
+    (the advantage stage then only reports them); ``moves_reference``: the collector changes the frozen
+    reference it was handed (every checkpoint then saves it)."""
+
+    sets_advantages: ClassVar[bool]
+    moves_reference: ClassVar[bool]
+
+    def session(self) -> contextlib.AbstractContextManager:
+        """What lives as long as the run."""
+
+    def begin(self, policy: torch.nn.Module, resume: bool) -> None:
+        """Called as training starts (after a resume restored the weights when ``resume``)."""
+
+    def heldout_metrics(self, policy: torch.nn.Module) -> dict[str, float]:
+        """The collector's own held-out measures (``heldout/...``) of ``policy``; most have none."""
+
+    def collect(self, model: torch.nn.Module, step: int,
+                budget: int | None = None) -> tuple[Rollouts, dict[str, float]]:
+        """This rank's batch for ``step`` and its metrics."""
+
+
+class RoundSource(Protocol):
+    """Where a ``Collector``'s rounds come from: the problems of (step, round) and their completions."""
+
+    def select(self, step: int, round_: int) -> list[Problem]: ...
+
+    def generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts: ...
+
+
 class Collector:
-    """Produces this rank's verified, shaped and filtered batch for one step."""
+    """Produces this rank's verified, shaped and filtered batch for one step. Its rounds are selected and
+    sampled here, or by ``source`` (the asynchronous collector's generator process)."""
+
+    sets_advantages: ClassVar[bool] = False
+    moves_reference: ClassVar[bool] = False
 
     def __init__(self, *, task: Any, selector: Any, shapers: list, filters: list, rollout_cfg: Any,
                  tokenizer: Any, seed: int, rank: int, world_size: int, timer: Any, sampler: Any = None,
                  reference: torch.nn.Module | None = None, reward_functions: list | None = None,
-                 rows_over_ranks: Callable[[int], int] | None = None) -> None:
+                 rows_over_ranks: Callable[[int], int] | None = None, source: RoundSource | None = None) -> None:
         cfg = rollout_cfg
         if cfg.prompts_per_step % world_size:
             raise BatchError(f"rollout.prompts_per_step={cfg.prompts_per_step} is not divisible by "
@@ -44,10 +84,17 @@ class Collector:
         self.rows_over_ranks = rows_over_ranks or (lambda n: n)
         self.local_prompts = cfg.prompts_per_step // world_size
         self._looked: dict[tuple[int, str], Any] = {}  # (id(problem), text) -> Score a sampler asked for this round
+        self.source: RoundSource = source or self
 
     def session(self) -> contextlib.AbstractContextManager:
         """What lives as long as the run (nothing here; the asynchronous collector's generator process)."""
         return contextlib.nullcontext()
+
+    def begin(self, policy: torch.nn.Module, resume: bool) -> None:
+        pass
+
+    def heldout_metrics(self, policy: torch.nn.Module) -> dict[str, float]:
+        return {}  # the task's evaluation is all
 
     def collect(self, model: torch.nn.Module, step: int,
                 budget: int | None = None) -> tuple[Rollouts, dict[str, float]]:
@@ -99,9 +146,9 @@ class Collector:
     def _one_round(self, model: torch.nn.Module, step: int, round_: int) -> tuple[Rollouts, Rollouts, Rollouts]:
         """(filtered, shaped, verified) batches of one sampling round."""
         with self.timer("select"):
-            problems = self._select(step, round_)
+            problems = self.source.select(step, round_)
         with self.timer("rollout"):
-            batch = self._generate(model, problems, step_seed(self.seed, step, self.rank, round_), round_)
+            batch = self.source.generate(model, problems, step_seed(self.seed, step, self.rank, round_), round_)
         with self.timer("verify"):
             self._verify(batch)
         raw = batch
@@ -115,13 +162,14 @@ class Collector:
                 batch = flt(batch)
         return batch, shaped, raw
 
-    def _select(self, step: int, round_: int) -> list[Problem]:
+    def select(self, step: int, round_: int) -> list[Problem]:
         """This rank's share of the problems the selector picks for (step, round)."""
         seed = step_seed(self.seed, step, 0, round_)
         problems = self.selector.select(self.task, self.cfg.prompts_per_step, step, seed)
         return problems[self.rank * self.local_prompts:(self.rank + 1) * self.local_prompts]
 
-    def _generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
+    def generate(self, model: torch.nn.Module, problems: list[Problem], seed: int, round_: int) -> Rollouts:
+        """The sampler's completions of ``problems`` in this process."""
         ctx = SampleContext(tokenizer=self.tokenizer, rollout=self.cfg, seed=seed,
                             group_offset=round_ * 100_000 + self.rank * 10_000, reference=self.reference,
                             verify=self._correctness)

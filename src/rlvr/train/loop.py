@@ -12,8 +12,8 @@ will sample (``next_step_cost``), and a step that would take the count past the 
 
 Two protocols, checked by members rather than by ``hasattr`` probes at the call sites:
 
-* ``Runnable``: what ``rlvr.train.run.train_run`` drives, the object an optimizer plug-in's
-  ``trainer(cfg, ...)`` returns (``rlvr.optim.base``). A loop of loops (GRPO → ES) is one.
+* ``Runnable``: what ``rlvr.train.run.train_run`` drives, the object a loop plug-in's
+  ``trainer(cfg, ...)`` returns (``rlvr.train.loop_plugin``). A loop of loops (GRPO → ES) is one.
 * ``TrainingLoop``: a ``Runnable`` that ``run_loop`` can drive step by step.
 """
 
@@ -34,6 +34,7 @@ from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.config import to_dict
 from rlvr.train.logging import RunLogger
 from rlvr.train.memory import step_memory
+from rlvr.train.pipeline import Pipeline
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Runnable(Protocol):
 
     acc: Any  # is_main_process, num_processes, process_index (an Accelerator, or one process)
     callbacks: Callbacks  # rlvr.train.callbacks, called in order
-    parts: dict[str, Any]  # the built plug-ins; "task" at least
+    parts: Pipeline  # the built plug-ins (rlvr.train.pipeline); the task at least
     tokenizer: Any
     step: int  # optimizer steps done (what callbacks and the final evaluation are given)
 

@@ -136,7 +136,7 @@ def warn_half_updates(params: list[torch.Tensor]) -> None:
 
 def check_supported(cfg: Config) -> None:
     """Optimizer plug-ins with their own loop (ES, Hyper-ES, …) take none of the gradient trainer's knobs
-    (``OptimizerPlugin.gradient_knobs``)."""
+    (``LoopPlugin.gradient_knobs``)."""
     if cfg.optim.plugin_class().gradient_knobs:
         return
     o = cfg.optim
@@ -146,4 +146,4 @@ def check_supported(cfg: Config) -> None:
                                  ("model.gradient_checkpointing", cfg.model.gradient_checkpointing)) if on]
     if set_knobs:
         raise ConfigError(f"optim.name={o.name} trains with its own loop, which does not use {', '.join(set_knobs)}; "
-                          f"unset them (they belong to the gradient trainer, optim.name=adamw)")
+                          f"unset them (they belong to the gradient trainer, optim.name=gradient)")

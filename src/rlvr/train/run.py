@@ -49,20 +49,22 @@ def greedy_eval_fn(tokenizer: Any, task: Any, problems: list, cfg: Config) -> Ca
 
 
 def make_trainer(cfg: Config, model: torch.nn.Module | None = None, tokenizer: Any = None,
-                 callbacks: list | None = None, parts: dict[str, Any] | None = None) -> Runnable:
-    """The training loop of the optimizer plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
-    tokenizer=...)``): the gradient ``Trainer`` for ``adamw``, a loop of its own for ES and friends, each
+                 callbacks: list | None = None, parts: Pipeline | None = None, checked: bool = False) -> Runnable:
+    """The training loop of the loop plug-in ``optim.name`` names (``plugin.trainer(cfg, model=...,
+    tokenizer=...)``): the gradient ``Trainer`` for ``gradient``, a loop of its own for ES and friends, each
     a ``Runnable`` (``rlvr.train.loop``; a loop lacking a member is a TypeError naming it).
     ``callbacks`` (rlvr.train.callbacks) join those named in ``run.callbacks``, after them.
-    ``parts``: the plug-ins ``validate_run`` built for a loop that ``builds_pipeline``, reused by it."""
-    from rlvr.train.precision import check_supported
-    check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
+    ``parts``: the plug-ins ``validate_run`` built for a loop that ``builds_pipeline``, reused by it.
+    ``checked``: ``train_run`` made the support check already (it makes it once, before any work)."""
+    if not checked:
+        from rlvr.train.precision import check_supported
+        check_supported(cfg)  # ES and friends have their own loop: no mixed precision or mini-batches
     from rlvr.train.build import build_plugin
     from rlvr.train.config import PluginSpec
-    plugin = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
+    plugin = build_plugin("loop", PluginSpec(cfg.optim.name, cfg.optim.params))
     built = {"parts": parts} if parts is not None and plugin.builds_pipeline else {}
     trainer = plugin.trainer(cfg, model=model, tokenizer=tokenizer, **built)
-    check_runnable(trainer, f"optimizer '{cfg.optim.name}'")
+    check_runnable(trainer, f"loop '{cfg.optim.name}'")
     if callbacks:
         trainer.callbacks.add(*callbacks)
     return trainer
@@ -96,14 +98,14 @@ def require_sandbox(setting: str) -> None:
 
 
 def _train_run(cfg: Config, resume: bool, model: torch.nn.Module | None, tokenizer: Any,
-               callbacks: list | None, parts: dict[str, Any] | None = None) -> dict[str, Any]:
+               callbacks: list | None, parts: Pipeline | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {}
     if model is None and not resume and cfg.model.path is None:
-        model, tokenizer, info = warm_start_model(cfg)
-    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks, parts=parts)
-    task = trainer.parts["task"]
+        model, tokenizer, info = warm_start_model(cfg, task=None if parts is None else parts.task)
+    trainer = make_trainer(cfg, model=model, tokenizer=tokenizer, callbacks=callbacks, parts=parts, checked=True)
+    task = trainer.parts.task
     pool = active()
-    if pool is not None and uses_pool(task, trainer.parts.get("reward_functions", ())):
+    if pool is not None and uses_pool(task, trainer.parts.reward_functions):
         pool.prestart()  # workers start while the policy is evaluated before training
     problems = heldout(task, cfg.run.eval_problems, cfg.run.seed)
     eval_fn = greedy_eval_fn(trainer.tokenizer, task, problems, cfg)

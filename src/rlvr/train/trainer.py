@@ -1,7 +1,8 @@
 """The RL trainer: one step of RL read top to bottom in ``train_step``, one timer per stage
-(docs/design.md §2). It composes a ``Collector`` (the data half: select → rollout → verify → shape
-→ refine), a ``Scorer`` (every no-grad scoring pass) and an ``Updater`` (reweight → loss → update),
-each built once here from explicit parts.
+(docs/design.md §2). It composes a collector (the data half: select → rollout → verify → shape
+→ refine; a ``Collector``, the asynchronous one, or one handed in, as LURE's self-play), a ``Scorer``
+(every no-grad scoring pass) and an ``Updater`` (reweight → loss → update), each built once here from
+explicit parts.
 
 select → rollout → verify → shape → refine → advantage → reweight → loss → update → observe
 
@@ -17,7 +18,7 @@ import copy
 import json
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from accelerate import Accelerator
@@ -36,7 +37,7 @@ from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
 from rlvr.train.async_collect import AsyncCollector
-from rlvr.train.collect import Collector
+from rlvr.train.collect import Collector, StepCollector
 from rlvr.train.config import Config, ConfigError, write_config
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
@@ -44,6 +45,7 @@ from rlvr.train.logging import PhaseTimer
 from rlvr.train.memory import bound_kernel_caches
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.movement import Movement
+from rlvr.train.pipeline import Pipeline
 from rlvr.train.precision import autocast, configure_policy, grad_scaler
 from rlvr.train.sharding import Sharding, make_accelerator
 from rlvr.train.truncation import eos_token_ids, mask_truncated
@@ -59,9 +61,11 @@ class Trainer:
 
     def __init__(self, cfg: Config, *, model: torch.nn.Module | None = None, tokenizer: Any = None,
                  accelerator: Accelerator | None = None, callbacks: list | None = None,
-                 parts: dict[str, Any] | None = None) -> None:
+                 parts: Pipeline | None = None, collector: Callable[..., StepCollector] | None = None) -> None:
         """``parts``: the run's plug-ins as ``build_pipeline(cfg)`` gives them (``validate_run`` built them);
-        built here when not given."""
+        built here when not given. ``collector``: the data half's class (or factory), called with the
+        ``Collector``'s keyword arguments; the ``Collector``, or the ``AsyncCollector`` under
+        ``rollout.async_rollout``, by default."""
         self.cfg = cfg
         self.callbacks = run_callbacks(cfg, callbacks)  # rlvr.train.callbacks
         bound_kernel_caches()  # oneDNN's per-shape caches (rlvr.train.memory); from Python, before any product
@@ -78,7 +82,7 @@ class Trainer:
         if built:
             model, tokenizer = build_model(cfg)
         configure_policy(model, cfg)  # dtype, attention, checkpointing (also for a model passed in)
-        fit_prompts(self.parts["task"], tokenizer, context_length(model), cfg.rollout.max_new_tokens)
+        fit_prompts(self.parts.task, tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
         # The critic copies the plain backbone (init: policy) before any adapter goes on the policy.
         self.critic = Critic(cfg.critic, model, tokenizer, self.acc, cfg.run.steps,
@@ -98,16 +102,17 @@ class Trainer:
         self.scorer = Scorer(cfg, self.policy, self.acc.device)
         self.updater = Updater(cfg=cfg, model=self.model, policy=self.policy, optimizer=self.optimizer,
                                scheduler=self.scheduler, scaler=self.scaler, acc=self.acc, sharding=self.sharding,
-                               objective=self.parts["objective"], weightings=self.parts["weightings"],
+                               objective=self.parts.objective, weightings=self.parts.weightings,
                                tokenizer=tokenizer, scorer=self.scorer, timer=self.timer, critic=self.critic)
-        self.collector = (AsyncCollector if cfg.rollout.async_rollout.enabled else Collector)(
-            task=self.parts["task"], selector=self.parts["selector"], shapers=self.parts["shapers"],
-            filters=self.parts["filters"], rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
+        make = collector or (AsyncCollector if cfg.rollout.async_rollout.enabled else Collector)
+        self.collector: StepCollector = make(
+            task=self.parts.task, selector=self.parts.selector, shapers=self.parts.shapers,
+            filters=self.parts.filters, rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed,
             rank=self.acc.process_index, world_size=self.acc.num_processes, timer=self.timer,
-            sampler=self.parts["sampler"], reference=self.ref_model, reward_functions=self.parts["reward_functions"],
+            sampler=self.parts.sampler, reference=self.ref_model, reward_functions=self.parts.reward_functions,
             rows_over_ranks=lambda rows: rows_over_ranks(self.acc, rows))
         with warm_start_by(weak_warm_start):  # a weak model from the run's own warm start (prefix)
-            self.parts["sampler"].prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
+            self.parts.sampler.prepare(cfg, tokenizer, self.run_dir, self.acc.is_main_process)
         self.step = 0
         self.rollouts_spent = 0  # completions sampled so far, all ranks (the rollout budget)
         self.first_round_cost = 0  # the last step's first sampling round, all ranks (next_step_cost)
@@ -118,7 +123,7 @@ class Trainer:
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         """Run ``run.steps`` steps (continuing from the latest checkpoint when ``resume``), verifying
         in a pool of ``rollout.verify_workers`` processes that ends with the run, errors included."""
-        needed = uses_pool(self.parts["task"], self.parts["reward_functions"])
+        needed = uses_pool(self.parts.task, self.parts.reward_functions)
         with verifier_pool(self.cfg.rollout.verify_workers, prestart=needed,
                            memory_mb=self.cfg.rollout.verify_memory_mb), self.sharding.lockstep(), \
                 self.collector.session():  # the generator process of rollout.async_rollout, if any
@@ -130,6 +135,7 @@ class Trainer:
             self._resume()
         else:
             self._write_run_files()
+        self.collector.begin(self.policy, resume)
         return {}
 
     def loop_step(self) -> StepOutput:
@@ -172,13 +178,13 @@ class Trainer:
         with torch.no_grad(), autocast(self.cfg, self.acc.device):
             batch, metrics = self.collector.collect(model, self.step, self._rollouts_left())
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
-        with self.timer("advantage"):  # values, the estimator, the selector's row weights (global batch)
+        with self.timer("advantage"):  # values, the estimator (or the collector's), the selector's row weights
             feedback = self._advantage(batch, metrics, model)
         if self.cfg.algorithm.kl_coef > 0 and not warm:
             with self.timer("loss"), torch.no_grad():  # the KL term's reference log-probs (N, T)
                 batch.ref_logprobs = self.scorer(batch, self.ref_model)[0]
         model.train()
-        movement = Movement(None if warm else self.parts["selector"].update_measure, self._trainable(),
+        movement = Movement(None if warm else self.parts.selector.update_measure, self._trainable(),
                             lambda: self.scorer(batch)[0], batch.completion_mask,
                             lambda stats: sum_over_ranks(self.acc, stats))
         with self.timer("update"):
@@ -193,7 +199,7 @@ class Trainer:
                 metrics["critic/warmup"] = float(warm)
         metrics.update(batch.meta.get(METRICS_KEY, {}))  # what shapers and filters report
         with self.timer("observe"):
-            self.parts["selector"].observe({**feedback, "metrics": metrics})
+            self.parts.selector.observe({**feedback, "metrics": metrics})
         metrics.update(self.timer.pop())
         metrics["optim/lr"] = self.scheduler.get_last_lr()[0]
         return self._mean_over_ranks(metrics), batch
@@ -207,11 +213,14 @@ class Trainer:
     def _advantage(self, batch: Rollouts, metrics: dict[str, float], model: torch.nn.Module) -> dict[str, Any]:
         """Values (critic), advantages, the selector's row weights and truncation masking on ``batch``;
         returns the selector's feedback (the global batch, so every rank's selector sees the same rows)."""
-        selector = self.parts["selector"]
+        selector = self.parts.selector
         feedback = gather_feedback(self.acc, batch, selector.feedback_meta)
         if self.critic is not None:
             metrics.update(self.critic.predict(batch))
-        self._advantages(batch, metrics)
+        if self.collector.sets_advantages:  # the collector's own credit (LURE's self-play)
+            metrics.update(_advantage_metrics(batch.advantages, batch.completion_mask))
+        else:
+            self._advantages(batch, metrics)
         metrics.update(apply_row_weights(batch, selector.row_weights(feedback), feedback["offset"]))
         if self.cfg.algorithm.mask_truncated_completions:  # loss only: rewards counted in the baselines
             metrics["rollout/masked_truncated_frac"] = mask_truncated(batch, eos_token_ids(model, self.tokenizer))
@@ -219,15 +228,15 @@ class Trainer:
 
     def _advantages(self, batch: Rollouts, metrics: dict[str, float]) -> None:
         weights = self.cfg.algorithm.reward_weights
-        if self.parts["reward_functions"]:  # [correct, *task objectives] weights + each function's own
+        if self.parts.reward_functions:  # [correct, *task objectives] weights + each function's own
             try:
-                weights = objective_weights(batch.reward_names, weights, self.parts["reward_functions"])
+                weights = objective_weights(batch.reward_names, weights, self.parts.reward_functions)
             except ValueError as err:
                 raise ConfigError(str(err)) from None
         elif weights and len(weights) != batch.rewards.shape[1]:
             raise ConfigError(f"algorithm.reward_weights has {len(weights)} entries but the task gives "
                               f"{batch.rewards.shape[1]} objectives {batch.reward_names}")
-        estimator = self.parts["advantage"]
+        estimator = self.parts.advantage
         if estimator.needs_entropy:  # the sampling policy's token entropies (N, T)
             batch.entropy = self.scorer(batch, entropy=True)[1]
         inputs = AdvantageInputs(rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids,
@@ -247,14 +256,12 @@ class Trainer:
         batch.advantages = result.advantages
         if self.critic is not None:  # value targets: the estimator's returns, else Monte-Carlo
             batch.returns = returns
-        adv = result.advantages[batch.completion_mask]
-        metrics["adv/mean"] = adv.mean().item() if adv.numel() else 0.0
-        metrics["adv/abs_mean"] = adv.abs().mean().item() if adv.numel() else 0.0
+        metrics.update(_advantage_metrics(result.advantages, batch.completion_mask))
         metrics.update({f"adv/{k}": float(v) for k, v in result.metrics.items()})
 
     def _first_mistakes(self, batch: Rollouts) -> torch.Tensor | None:
         """(N,) token index of each row's first wrong step, from the teacher (only when one is needed)."""
-        teacher = self.parts["teacher"]
+        teacher = self.parts.teacher
         if teacher is None:
             return None
         from rlvr.rewards.teacher import first_mistake_tokens
@@ -289,7 +296,7 @@ class Trainer:
         return load_run_policy(self.run_dir)[0]
 
     def heldout_metrics(self) -> dict[str, float]:
-        return {}  # the task's evaluation is all (LURE adds its own)
+        return self.collector.heldout_metrics(self.policy)  # most have none (LURE's pursuit capture)
 
     def evaluates_here(self) -> bool:
         return self.acc.is_main_process or self.sharding.sharded
@@ -306,6 +313,8 @@ class Trainer:
         path = None
         if self.acc.is_main_process:
             path = save_checkpoint(self.run_dir, self.step, weights, optim, self.state(), extras=extras or None)
+            if self.collector.moves_reference:  # resume continues from the anchor it moved to (LURE's round)
+                save_weights(self.run_dir / "reference", self.ref_model)
         self.acc.wait_for_everyone()
         return path
 
@@ -340,9 +349,9 @@ class Trainer:
 
     def _stateful_plugins(self) -> dict[str, Any]:
         """Plug-ins that keep state across steps (they define state_dict / load_state_dict)."""
-        named = {"advantage": self.parts["advantage"], "selector": self.parts["selector"], "critic": self.critic}
-        for kind in ("shapers", "filters", "weightings"):
-            named.update({f"{kind}.{i}": p for i, p in enumerate(self.parts[kind])})
+        named = {"advantage": self.parts.advantage, "selector": self.parts.selector, "critic": self.critic}
+        for kind in Pipeline.STATEFUL_LISTS:
+            named.update({f"{kind}.{i}": p for i, p in enumerate(getattr(self.parts, kind))})
         return {k: p for k, p in named.items() if hasattr(p, "state_dict") and hasattr(p, "load_state_dict")}
 
     def _write_run_files(self) -> None:
@@ -365,7 +374,7 @@ class Trainer:
         in RUN/reference) because checkpoints hold only the adapter, unless ``model.path`` rebuilds it."""
         if is_lora(model):
             return reference_of(model), not base_from_path
-        needs_ref = self.cfg.algorithm.kl_coef > 0 or self.parts["sampler"].needs_reference
+        needs_ref = self.cfg.algorithm.kl_coef > 0 or self.parts.sampler.needs_reference
         return (self._frozen_copy(model), True) if needs_ref else (None, False)
 
     @staticmethod
@@ -374,6 +383,13 @@ class Trainer:
         for p in ref.parameters():
             p.requires_grad_(False)
         return ref
+
+
+def _advantage_metrics(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean and mean absolute advantage (N, T) over the trained tokens of ``mask`` (N, T)."""
+    adv = advantages[mask]
+    return {"adv/mean": adv.mean().item() if adv.numel() else 0.0,
+            "adv/abs_mean": adv.abs().mean().item() if adv.numel() else 0.0}
 
 
 def _samples(batch: Rollouts, n: int, tokenizer: Any) -> list[dict[str, Any]]:

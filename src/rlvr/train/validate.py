@@ -10,18 +10,20 @@ from pathlib import Path
 from typing import Any
 
 
-def validate_run(cfg: Any, writes: bool = True) -> dict[str, Any] | None:
+def validate_run(cfg: Any, writes: bool = True) -> Any:
     """Everything about a run that can fail without training: every plug-in built with its parameters
     (the task probed, so a bad dataset fails here) and, on the process that ``writes`` it (rank 0), the
     run folder writable (other ranks, e.g. on other nodes, create nothing there).
 
-    Returns what it built for the gradient trainer to reuse (``build_pipeline``'s parts: each plug-in is
+    Returns what it built for the gradient trainer to reuse (``build_pipeline``'s ``Pipeline``: each plug-in is
     built once per run), or None for a loop of its own, which builds its task itself."""
     from rlvr.train.build import build_pipeline, build_plugin, build_task
     from rlvr.train.config import PluginSpec
-    optimizer = build_plugin("optimizer", PluginSpec(cfg.optim.name, cfg.optim.params))
+    loop = build_plugin("loop", PluginSpec(cfg.optim.name, cfg.optim.params))
     parts = None
-    if optimizer.builds_pipeline:  # the gradient trainer: every RL plug-in of the config
+    if loop.gradient_knobs:  # the gradient steps' torch optimizer (optim.optimizer)
+        build_plugin("optimizer", PluginSpec(cfg.optim.optimizer, cfg.optim.optimizer_params))
+    if loop.builds_pipeline:  # the gradient trainer: every RL plug-in of the config
         parts = build_pipeline(cfg)
     else:  # a loop of its own reads the task and the selector
         build_task(cfg)

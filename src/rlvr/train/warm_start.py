@@ -10,8 +10,9 @@ from rlvr.train.build import build_model, build_task
 from rlvr.train.config import Config, replace
 
 
-def warm_start_model(cfg: Config) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
-    """The configured policy, supervised on task demonstrations when ``warm_start.steps > 0``."""
+def warm_start_model(cfg: Config, task: Any = None) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """The configured policy, supervised on task demonstrations when ``warm_start.steps > 0``; ``task``:
+    the run's task where it is built already (``validate_run``'s), else built here."""
     from rlvr.sft import warm_start
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -19,7 +20,7 @@ def warm_start_model(cfg: Config) -> tuple[torch.nn.Module, Any, dict[str, Any]]
     model, tokenizer = build_model(cfg)
     info: dict[str, Any] = {"warm_start_steps": cfg.warm_start.steps}
     if cfg.warm_start.steps > 0:
-        ws, task = cfg.warm_start, build_task(cfg)
+        ws, task = cfg.warm_start, task if task is not None else build_task(cfg)
         stop_when = _accuracy_reached(model, tokenizer, task, cfg, info) if ws.target_accuracy > 0 else None
         result = warm_start(model, tokenizer, task, steps=max(ws.max_steps, ws.steps) if stop_when else ws.steps,
                             batch_size=ws.batch_size, lr=ws.lr, warmup=ws.warmup, seed=cfg.run.seed,

@@ -203,10 +203,10 @@ def test_episode_batch_trains_actions_and_eos_only():
 
 
 def test_lure_plugin_requires_kl_beta_and_checks_names():
-    plugin = build("optimizer", "lure")
+    plugin = build("loop", "lure")
     with pytest.raises(ValueError, match="kl_beta"):
         plugin.trainer(None)
     with pytest.raises(ValueError):
-        build("optimizer", "lure", evader_reward="box")
+        build("loop", "lure", evader_reward="box")
     with pytest.raises(RegistryError):
-        build("optimizer", "lure", beta=0.1)
+        build("loop", "lure", beta=0.1)

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from rlvr.models import build_char_tokenizer, build_tiny_model
+from rlvr.loops import ES, GRPOThenES
 from rlvr.optim import (
-    ES, ESConfig, GRPOThenES, apply_update, es_delta, es_step, member_seeds, param_noise, perturb, restore,
+    ESConfig, apply_update, es_delta, es_step, member_seeds, param_noise, perturb, restore,
     seed_coefficients, seeded_noise, select_parameters, snapshot, z_score,
 )
 from rlvr.optim.es import gather_rows
@@ -199,14 +200,14 @@ def test_gather_rows_single_process_and_width_check():
 # --- plug-in and config -------------------------------------------------------------------------
 
 def test_registered_with_conventions_and_defaults():
-    assert {"es", "grpo_then_es"} <= set(names("optimizer"))
-    es = build("optimizer", "es")
+    assert {"es", "grpo_then_es"} <= set(names("loop"))
+    es = build("loop", "es")
     assert isinstance(es, ES) and es.config.sigma == 1e-3 and es.config.population == 30
     assert es.config.step_size == 5e-4  # α = σ/2 by default (docs/methods.md §1.9)
-    assert build("optimizer", "es", alpha=0.01).config.step_size == 0.01
-    assert isinstance(build("optimizer", "grpo_then_es", grpo_steps=10), GRPOThenES)
+    assert build("loop", "es", alpha=0.01).config.step_size == 0.01
+    assert isinstance(build("loop", "grpo_then_es", grpo_steps=10), GRPOThenES)
     with pytest.raises(RegistryError, match="unknown parameter"):
-        build("optimizer", "es", lr=1.0)
+        build("loop", "es", lr=1.0)
 
 
 @pytest.mark.parametrize("bad", [dict(sigma=0.0), dict(population=1), dict(population=5, antithetic=True),
@@ -218,8 +219,8 @@ def test_config_rejects_bad_values(bad):
         GRPOThenES.Config(grpo_steps=0)
 
 
-def test_rlvr_list_shows_the_optimizers(capsys):
+def test_rlvr_list_shows_the_loops(capsys):
     from rlvr.cli import main
-    assert main(["list", "--kind", "optimizer"]) == 0
+    assert main(["list", "--kind", "loop"]) == 0
     out = capsys.readouterr().out
     assert "es " in out and "grpo_then_es" in out and "arXiv:2509.24372" in out

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr.optim.hyper_es import CMASearch, HyperES, maximise
+from rlvr.loops.hyper_es import CMASearch, HyperES, maximise
 from rlvr.optim.merging import LayerwiseMerge
 from rlvr.registry import RegistryError, build
 from rlvr.train.budget import budget_reason
@@ -74,14 +74,14 @@ def test_merge_on_a_tiny_model_restores_base_and_tuned_exactly():
 
 
 def test_plugin_registered_with_methods_defaults_and_errors():
-    plugin = build("optimizer", "hyper_es")
+    plugin = build("loop", "hyper_es")
     assert isinstance(plugin, HyperES)
     cfg = plugin.config
     assert (cfg.dare_drop_p, cfg.ties_keep_rho, cfg.cma_sigma0) == (0.9, 0.2, 0.3)  # docs/methods.md §2.10
     with pytest.raises(ValueError, match="coef_granularity"):
-        build("optimizer", "hyper_es", coef_granularity="row")
+        build("loop", "hyper_es", coef_granularity="row")
     with pytest.raises(RegistryError, match="unknown parameter"):
-        build("optimizer", "hyper_es", sigma=1.0)
+        build("loop", "hyper_es", sigma=1.0)
 
 
 def test_budget_reason():

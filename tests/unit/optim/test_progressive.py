@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlvr.optim.progressive import ProgressiveConfig, reverse_kl_full, reverse_kl_sampled
+from rlvr.loops.progressive import ProgressiveConfig, reverse_kl_full, reverse_kl_sampled
 from rlvr.optim.quantize import dequantize, quantize
 from rlvr.optim.tinylora import (
     TinyLoRAConfig, TinyLoRALinear, adapter_vector, apply_tinylora, load_adapter_vector, merged_copy, tie_group,
@@ -151,7 +151,7 @@ def test_sampled_estimator_gradient_equals_full_kl_gradient_in_expectation():
 # --- plug-in --------------------------------------------------------------------------------
 
 def test_progressive_plugin_requires_tinylora_shape_and_checks_options():
-    plugin = build("optimizer", "progressive_rlvr")
+    plugin = build("loop", "progressive_rlvr")
     with pytest.raises(ValueError, match=r"\['rank', 'u', 'tie'\] required"):
         plugin.trainer(None)
     with pytest.raises(ValueError, match="kl_estimator"):

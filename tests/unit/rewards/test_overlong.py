@@ -53,13 +53,13 @@ def test_dynamic_sampling_filters_on_correctness_not_the_shaped_reward():
 def test_max_length_defaults_to_the_completion_cap(tmp_path):
     from tests.helpers.tiny import tiny_config
     cfg = tiny_config(tmp_path, ["rollout.max_new_tokens=256", "algorithm.shapers=[{name: overlong}]"])
-    shaper = build_pipeline(cfg)["shapers"][0]
+    shaper = build_pipeline(cfg).shapers[0]
     assert shaper.config.max_length == 256
     # The case: with max_new_tokens = 256 a correct 200-token answer was scored 1 − 20 = −19
     # by the old fixed max_length = 48; tied to the cap it keeps its reward of 1.
     assert shaper(batch([200], [1.0], [0])).rewards[0, 0].item() == 1.0
     explicit = tiny_config(tmp_path, ["algorithm.shapers=[{name: overlong, max_length: 20, buffer: 4}]"])
-    assert build_pipeline(explicit)["shapers"][0].config.max_length == 20
+    assert build_pipeline(explicit).shapers[0].config.max_length == 20
 
 
 def test_unset_max_length_outside_the_trainer_is_a_clear_error():

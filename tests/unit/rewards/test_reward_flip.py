@@ -64,5 +64,5 @@ def test_bad_rate_and_non_binary_rewards_are_refused():
 def test_seed_defaults_to_the_runs_rl_seed(tmp_path):
     from tests.helpers.tiny import tiny_config
     cfg = tiny_config(tmp_path, ["run.seed=2", "run.rl_seed=1002", "algorithm.shapers=[{name: reward_flip}]"])
-    shaper = build_pipeline(cfg)["shapers"][0]
+    shaper = build_pipeline(cfg).shapers[0]
     assert shaper.config.seed == 1002 and shaper.config.rate == 0.25

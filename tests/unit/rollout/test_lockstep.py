@@ -115,7 +115,7 @@ def _fixed_update(tmp_path, group) -> tuple[torch.Tensor, torch.Tensor, int]:
     trainer = Trainer(tiny_config(tmp_path, ["optim.micro_batch_size=8", "rollout.micro_batch_size=8"]))
     calls = _counted(trainer.policy)
     batch = fixed_global_batch(trainer.policy.config.vocab_size)
-    batch.advantages = trainer.parts["advantage"](AdvantageInputs(
+    batch.advantages = trainer.parts.advantage(AdvantageInputs(
         rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
     with lockstep(group):
         scores = trainer.scorer(batch)[0]

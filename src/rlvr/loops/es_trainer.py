@@ -26,6 +26,7 @@ from rlvr.train.collect import step_seed
 from rlvr.train.config import Config, write_config
 from rlvr.train.logging import PhaseTimer
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
+from rlvr.train.pipeline import Pipeline
 
 
 class NoOptimizerState:
@@ -51,7 +52,7 @@ class ESTrainer:
             accelerator = Accelerator(cpu=not torch.cuda.is_available())
         self.acc = accelerator
         self.run_dir = Path(cfg.run.out_dir)
-        self.parts = {"task": build_task(cfg), "selector": build_plugin("selector", cfg.algorithm.selector)}
+        self.parts = Pipeline(task=build_task(cfg), selector=build_plugin("selector", cfg.algorithm.selector))
         torch.manual_seed(cfg.run.training_seed)
         if model is None:
             model, tokenizer = build_model(cfg)
@@ -106,7 +107,7 @@ class ESTrainer:
     def train_step(self) -> dict[str, float]:
         """One ES iteration on this step's prompts; every rank returns the same metrics."""
         es = self.es
-        problems = self.parts["selector"].select(self.parts["task"], self._num_prompts(), self.step,
+        problems = self.parts.selector.select(self.parts.task, self._num_prompts(), self.step,
                                                  step_seed(self.cfg.run.training_seed, self.step))
         n_seeds = es.population // 2 if es.antithetic else es.population
         seeds = member_seeds(self.cfg.run.training_seed, self.step, n_seeds)
@@ -121,7 +122,7 @@ class ESTrainer:
         if not all(torch.isfinite(p).all() for _, p in self.params):
             raise FloatingPointError(f"es step {self.step + 1}: non-finite weights after the update")
         # Selectors learn from the population's mean reward per prompt (the policy's neighbourhood).
-        self.parts["selector"].observe({"problems": problems, "rewards": result.outcomes.mean(0).float().unsqueeze(1)})
+        self.parts.selector.observe({"problems": problems, "rewards": result.outcomes.mean(0).float().unsqueeze(1)})
         metrics.update(self._metrics(result, len(problems)))
         metrics.update(self.timer.pop())
         return metrics
@@ -140,7 +141,7 @@ class ESTrainer:
             gen = generate(self.model, self.tokenizer, prompts, max_new_tokens=budget,
                            temperature=es.temperature or 1.0, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
                            do_sample=es.temperature > 0, seed=seed)
-            scores = verify_all(self.parts["task"], rows, gen.texts, cfg.rollout.verify_timeout_s)
+            scores = verify_all(self.parts.task, rows, gen.texts, cfg.rollout.verify_timeout_s)
             rewards = torch.tensor([s.value for s in scores], dtype=torch.float64)  # (X·samples,)
             return rewards.view(len(problems), es.samples_per_prompt).mean(dim=1)  # (X,)
         return fitness
@@ -183,19 +184,19 @@ class ESTrainer:
     def state(self) -> dict[str, Any]:
         """The phase (a GRPO → ES resume reads it), budget counters and a stateful selector's state."""
         return {"phase": "es", **counters(self),
-                "plugins": {"selector": self.parts["selector"].state_dict()} if self._stateful_selector else {}}
+                "plugins": {"selector": self.parts.selector.state_dict()} if self._stateful_selector else {}}
 
     def load_state(self, state: dict[str, Any]) -> None:
         load_counters(self, state)
         if self._stateful_selector and "selector" in state.get("plugins", {}):
-            self.parts["selector"].load_state_dict(state["plugins"]["selector"])
+            self.parts.selector.load_state_dict(state["plugins"]["selector"])
 
     def _resume(self) -> None:
         self.load_state(load_checkpoint(latest_or_raise(self.run_dir), self.policy, None))
 
     @property
     def _stateful_selector(self) -> bool:
-        sel = self.parts["selector"]
+        sel = self.parts.selector
         return hasattr(sel, "state_dict") and hasattr(sel, "load_state_dict")
 
     def _write_run_files(self) -> None:

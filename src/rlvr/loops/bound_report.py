@@ -1,12 +1,12 @@
 """The report of ``rlvr bound``: the Occam bound (``rlvr.analysis.bounds``) on a trained TinyLoRA
-adapter's accuracy. It loads a run (``rlvr.optim.progressive``, ``rlvr.train``), so it sits above both
+adapter's accuracy. It loads a run (``rlvr.loops.progressive``, ``rlvr.train``), so it sits above both
 (``rlvr.layers``)."""
 
 from __future__ import annotations
 
 from rlvr.analysis.bounds import example_seed, gumbel_generate, occam_bound
 from rlvr.models import render_prompt
-from rlvr.optim.progressive import load_adapter_policy
+from rlvr.loops.progressive import load_adapter_policy
 from rlvr.rollout import generate
 from rlvr.tasks import verify_all
 from rlvr.train.build import build_task

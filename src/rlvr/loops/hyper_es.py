@@ -11,22 +11,20 @@ random numbers), so fitness differences come from the weights alone.
 from __future__ import annotations
 
 import copy
-import os
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from rlvr.optim.base import OptimizerPlugin
+from rlvr.loops.local_run import LocalRun
 from rlvr.optim.merging import GRANULARITIES, LayerwiseMerge
 from rlvr.registry import param, register
-from rlvr.train.callbacks import run_callbacks
-from rlvr.train.config import write_config
 from rlvr.train.loop import StepOutput, counters, run_loop
+from rlvr.train.loop_plugin import LoopPlugin
 
 
 @dataclass(frozen=True)
@@ -56,8 +54,8 @@ class HyperESConfig:
             raise ValueError(f"hyper_es: cma_sigma0 must be > 0, got {self.cma_sigma0}")
 
 
-@register("optimizer", "hyper_es")
-class HyperES(OptimizerPlugin):
+@register("loop", "hyper_es")
+class HyperES(LoopPlugin):
     """CMA-ES over layer-wise DARE-TIES merge coefficients of LoRA directions found by gradient RL.
 
     Paper: "Hyper-ES" (seed abstract; arXiv id unknown; code named ``kuangrepi/Hyper-ES``, not
@@ -140,112 +138,34 @@ def maximise(fitness: Callable[[np.ndarray], float], x0: np.ndarray, sigma0: flo
     return search
 
 
-class LocalProcess:
-    """The ``acc`` surface train_run needs, for loops that run in one process (a launch with
-    several processes is refused: every rank would repeat the whole search and write the same files)."""
+class HyperESTrainer:
+    """Directions by LoRA gradient runs, then one CMA-ES generation per ``run.steps`` step (one process:
+    its ``run``, a ``LocalRun``, holds the set-up)."""
 
-    is_main_process = True
-    num_processes = 1
-    process_index = 0
-
-    def __init__(self, method: str) -> None:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1:
-            raise ValueError(f"{method} runs in one process; launched with WORLD_SIZE={world}")
-
-
-def save_policy_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dict) -> Path:
-    """A standard run checkpoint of ``model`` (``rlvr eval RUN`` loads it); no optimizer state, as
-    search-based loops keep none (an empty SGD stands in for the file layout)."""
-    from rlvr.train.checkpoint import save_checkpoint
-    empty = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
-    return save_checkpoint(run_dir, step, model, empty, state)
-
-
-class LocalTrainer:
-    """What the single-process search loops (Hyper-ES, Progressive RLVR) start from: the run folder,
-    the pipeline parts, the model placed as the gradient Trainer places it, a collector without
-    shapers or filters, the run's callbacks, zeroed budget counters, and the one-process answers of
-    the ``TrainingLoop`` protocol (``rlvr.train.loop``). Resume is refused: the search state is not
-    checkpointed."""
-
-    no_resume: ClassVar[str] = ""  # why, in the refusal's words
-
-    def __init__(self, cfg: Any, method: str, *, model: torch.nn.Module | None = None,
+    def __init__(self, cfg: Any, config: HyperESConfig, *, model: torch.nn.Module | None = None,
                  tokenizer: Any = None) -> None:
-        from rlvr.train.build import build_model, build_pipeline
-        from rlvr.train.collect import Collector
-        from rlvr.train.logging import PhaseTimer
-        self.cfg, self.method = cfg, method
-        self.callbacks = run_callbacks(cfg)
-        if cfg.run.threads:
-            torch.set_num_threads(cfg.run.threads)
-        self.acc = LocalProcess(method)
-        self.run_dir = Path(cfg.run.out_dir)
-        self.parts = build_pipeline(cfg)
-        torch.manual_seed(cfg.run.training_seed)
-        if model is None:
-            model, tokenizer = build_model(cfg)
-        self.model = model.to("cuda" if torch.cuda.is_available() else "cpu")  # as the gradient Trainer places it
-        self.tokenizer = tokenizer
-        self.timer = PhaseTimer()
-        self.collector = Collector(task=self.parts["task"], selector=self.parts["selector"], shapers=[], filters=[],
-                                   rollout_cfg=cfg.rollout, tokenizer=tokenizer, seed=cfg.run.training_seed, rank=0,
-                                   world_size=1, timer=self.timer)
+        self.run = LocalRun(cfg, "hyper_es", model=model, tokenizer=tokenizer,
+                            no_resume=" (the CMA-ES state is not checkpointed)")
+        self.cfg, self.acc, self.run_dir, self.parts = cfg, self.run.acc, self.run.run_dir, self.run.parts
+        self.callbacks, self.model, self.tokenizer = self.run.callbacks, self.run.model, self.run.tokenizer
+        self.timer, self.collector = self.run.timer, self.run.collector
         self.step, self.rollouts_spent, self.seconds_spent = 0, 0, 0.0
-        self.last_cost = 0  # completions the last step sampled: what the next one will (its loop is regular)
+        self.last_cost = 0  # completions the last generation sampled: what the next one will
+        self.config = config
+        self.merge: LayerwiseMerge | None = None
+        self.search: CMASearch | None = None
 
     @property
     def policy(self) -> torch.nn.Module:
         return self.model
 
-    def next_step_cost(self) -> int:
-        """What the last step sampled: every step of these loops samples the same prompts and counts
-        (a CMA-ES generation's candidates, a distillation batch); 0 before the first."""
-        return self.last_cost
-
-    def begin(self, resume: bool) -> dict[str, float]:
-        """Refuse a resume; write config.yaml. (A subclass adds its set-up.)"""
-        if resume:
-            raise ValueError(f"{self.method}: resume is not supported{self.no_resume}; start a new run")
-        write_config(self.run_dir, self.cfg)
-        return {}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        raise ValueError(f"{self.method}: resume is not supported{self.no_resume}; start a new run")
-
-    def heldout_metrics(self) -> dict[str, float]:
-        return {}
-
-    def export_model(self) -> torch.nn.Module:
-        return self.policy
-
-    def evaluates_here(self) -> bool:
-        return True  # one process
-
-    def lockstep(self) -> AbstractContextManager:
-        return nullcontext()
-
-
-class HyperESTrainer(LocalTrainer):
-    """Directions by LoRA gradient runs, then one CMA-ES generation per ``run.steps`` step."""
-
-    no_resume = " (the CMA-ES state is not checkpointed)"
-
-    def __init__(self, cfg: Any, config: HyperESConfig, *, model: torch.nn.Module | None = None,
-                 tokenizer: Any = None) -> None:
-        super().__init__(cfg, "hyper_es", model=model, tokenizer=tokenizer)
-        self.config = config
-        self.merge: LayerwiseMerge | None = None
-        self.search: CMASearch | None = None
-
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         return run_loop(self, resume, eval_fn, desc="hyper_es")
 
     def begin(self, resume: bool) -> dict[str, float]:
-        """The K direction runs (their time and rollouts count towards the budgets); their metrics go
-        with the first generation's."""
-        super().begin(resume)
+        """Refuse a resume, write config.yaml, run the K direction runs (their time and rollouts count
+        towards the budgets); their metrics go with the first generation's."""
+        self.run.start(resume)
         start = time.perf_counter()
         direction_metrics = self._directions()
         self.seconds_spent = time.perf_counter() - start
@@ -308,12 +228,29 @@ class HyperESTrainer(LocalTrainer):
         return metrics, sampled
 
     def save(self) -> Path:
-        return save_policy_checkpoint(self.run_dir, self.step, self.model, self.state())
+        return self.run.save(self.step, self.model, self.state())
 
     def state(self) -> dict[str, Any]:
         """Budget counters and the search's mean and step size (for reading; resume is refused)."""
         return {**counters(self), "coefficients": self.search.mean.tolist() if self.search else [],
                 "cma_sigma": self.search.sigma if self.search else None}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.run.refuse_resume()
+
+    # --- the one-process answers of the TrainingLoop protocol -----------------------------------
+
+    def heldout_metrics(self) -> dict[str, float]:
+        return {}
+
+    def export_model(self) -> torch.nn.Module:
+        return self.policy
+
+    def evaluates_here(self) -> bool:
+        return True  # one process
+
+    def lockstep(self) -> AbstractContextManager:
+        return nullcontext()
 
 
 def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
@@ -321,7 +258,7 @@ def find_directions(cfg: Any, config: HyperESConfig, base: torch.nn.Module,
     """K short LoRA runs of the gradient trainer from ``base`` (seeds ``run.seed + 1 + k``); returns
     the dense deltas ``θ_k − θ_0`` (float64, exact) of every weight some run changed, and metrics."""
     from peft import LoraConfig, get_peft_model
-    from rlvr.optim.adamw import GRADIENT_TRAINER
+    from rlvr.loops.gradient import GRADIENT_TRAINER
     from rlvr.train.config import replace
     from rlvr.train.trainer import Trainer
     theta0 = {n: p.detach().clone() for n, p in base.named_parameters()}

@@ -1,7 +1,7 @@
-"""The ES optimizer plug-ins (kind "optimizer"): ``es`` and sequential ``grpo_then_es``.
+"""The ES loop plug-ins (kind "loop"): ``es`` and sequential ``grpo_then_es``.
 
-The math is ``rlvr.optim.es``; the loops are ``rlvr.optim.es_trainer`` (ES) and
-``rlvr.optim.sequential`` (gradient steps, then ES). A plug-in reads its config and builds its loop.
+The math is ``rlvr.optim.es``; the loops are ``rlvr.loops.es_trainer`` (ES) and
+``rlvr.loops.sequential`` (gradient steps, then ES). A plug-in reads its config and builds its loop.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from typing import Any
 
 import torch
 
-from rlvr.optim.base import OptimizerPlugin
+from rlvr.train.loop_plugin import LoopPlugin
 from rlvr.optim.es import ESConfig
-from rlvr.optim.es_trainer import ESTrainer
-from rlvr.optim.sequential import SequentialTrainer
+from rlvr.loops.es_trainer import ESTrainer
+from rlvr.loops.sequential import SequentialTrainer
 from rlvr.registry import param, register
 
 
-@register("optimizer", "es")
-class ES(OptimizerPlugin):
+@register("loop", "es")
+class ES(LoopPlugin):
     """Evolution strategies on the weights: seeded Gaussian perturbations scored by verifier reward.
 
     Paper: Qiu et al., "Evolution Strategies at Scale: LLM Fine-Tuning Beyond Reinforcement
@@ -62,7 +62,7 @@ class GRPOThenESConfig(ESConfig):
             raise ValueError(f"grpo_then_es: grpo_steps must be >= 1, got {self.grpo_steps}")
 
 
-@register("optimizer", "grpo_then_es")
+@register("loop", "grpo_then_es")
 class GRPOThenES(ES):
     """Sequential schedule: GRPO for S₁ steps, then ES from θ_{S₁} (a RECONSTRUCTION).
 

@@ -7,6 +7,7 @@ and step numbering; a checkpoint's ``phase`` says which one to resume.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from rlvr.optim.es import ESConfig
-from rlvr.optim.es_trainer import ESTrainer
+from rlvr.loops.es_trainer import ESTrainer
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.config import Config, replace
 
@@ -72,6 +73,7 @@ class SequentialTrainer:
                                     accelerator=self.acc, start_step=first["steps"],
                                     start_rollouts=first["rollouts"], start_seconds=first["seconds"])
         self.es_trainer.callbacks = self.callbacks
-        self.es_trainer.parts["selector"] = self.parts["selector"]  # a curriculum carries over between phases
+        # a curriculum carries over between phases
+        self.es_trainer.parts = dataclasses.replace(self.es_trainer.parts, selector=self.parts.selector)
         out = self.es_trainer.train(resume=in_es, eval_fn=eval_fn)
         return {**out, "grpo_steps": first["steps"]}

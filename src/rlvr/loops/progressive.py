@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlvr.ops import masked_mean
 from rlvr.files import write_atomic, write_text_atomic
-from rlvr.optim.base import OptimizerPlugin
-from rlvr.optim.hyper_es import LocalTrainer, save_policy_checkpoint
+from rlvr.loops.local_run import LocalRun
+from rlvr.ops import masked_mean
 from rlvr.optim.quantize import Quantized, dequantize, quantize
 from rlvr.optim.tinylora import (
     TIES, TinyLoRAConfig, adapter_vector, apply_tinylora, load_adapter_vector, merged_copy,
@@ -33,6 +33,7 @@ from rlvr.optim.tinylora import (
 from rlvr.registry import param, register
 from rlvr.train.config import write_config
 from rlvr.train.loop import StepOutput, run_loop
+from rlvr.train.loop_plugin import LoopPlugin
 
 ESTIMATORS = ("sampled", "full")
 
@@ -71,8 +72,8 @@ class ProgressiveConfig:
                               seed=self.adapter_seed)
 
 
-@register("optimizer", "progressive_rlvr")
-class ProgressiveRLVR(OptimizerPlugin):
+@register("loop", "progressive_rlvr")
+class ProgressiveRLVR(LoopPlugin):
     """RLVR teacher, on-policy distillation into a TinyLoRA student, k-bit adapter quantisation.
 
     Paper: "PAC-Bayes bounds for parameter-efficient RLVR / Progressive RLVR" (seed abstract; arXiv
@@ -130,21 +131,35 @@ def completion_logits(model: torch.nn.Module, batch: Any, temperature: float) ->
 
 # --- the training loop ------------------------------------------------------------------------
 
-class ProgressiveTrainer(LocalTrainer):
-    """Teacher (stage 1), TinyLoRA distillation for ``run.steps`` steps (2), quantisation (3)."""
+class ProgressiveTrainer:
+    """Teacher (stage 1), TinyLoRA distillation for ``run.steps`` steps (2), quantisation (3) (one
+    process: its ``run``, a ``LocalRun``, holds the set-up)."""
 
     def __init__(self, cfg: Any, config: ProgressiveConfig, *, model: torch.nn.Module | None = None,
                  tokenizer: Any = None) -> None:
-        super().__init__(cfg, "progressive_rlvr", model=model, tokenizer=tokenizer)
+        self.run = LocalRun(cfg, "progressive_rlvr", model=model, tokenizer=tokenizer)
+        self.cfg, self.acc, self.run_dir, self.parts = cfg, self.run.acc, self.run.run_dir, self.run.parts
+        self.callbacks, self.model, self.tokenizer = self.run.callbacks, self.run.model, self.run.tokenizer
+        self.timer, self.collector = self.run.timer, self.run.collector
+        self.step, self.rollouts_spent, self.seconds_spent = 0, 0, 0.0
+        self.last_cost = 0  # completions the last step sampled: what the next one will (the same batch)
         self.config = config
         self.teacher: torch.nn.Module | None = None
         self.adapter: torch.nn.ParameterDict | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.adapter_info: dict[str, Any] | None = None  # set by the quantisation at the end
 
+    @property
+    def policy(self) -> torch.nn.Module:
+        return self.model
+
     def export_model(self) -> torch.nn.Module:
         """The policy in its base architecture (TinyLoRA folded into the weights), for RUN/final."""
         return self.model if self.adapter is None else merged_copy(self.model)
+
+    def next_step_cost(self) -> int:
+        """What the last step sampled (every step samples the same prompts and counts); 0 before the first."""
+        return self.last_cost
 
     def train(self, resume: bool = False, eval_fn: Any = None) -> dict[str, Any]:
         return run_loop(self, resume, eval_fn, desc="progressive")
@@ -153,7 +168,7 @@ class ProgressiveTrainer(LocalTrainer):
         """Keep the tiny base, make the teacher (stage 1), put the TinyLoRA adapter on the student; the
         teacher's time and rollouts count towards the budgets, its metrics go with the first step's."""
         from rlvr.train.checkpoint import save_weights
-        super().begin(resume)
+        self.run.start(resume)
         if self.cfg.model.path is None:  # the tiny base is part of the bound's prior: keep it
             save_weights(self.run_dir / "adapter" / "base", self.model)
         start = time.perf_counter()
@@ -177,10 +192,22 @@ class ProgressiveTrainer(LocalTrainer):
 
     def save(self) -> Path:
         """The student with TinyLoRA folded in (``rlvr eval RUN`` loads it); the adapter's record once quantised."""
-        return save_policy_checkpoint(self.run_dir, self.step, merged_copy(self.model), self.state())
+        return self.run.save(self.step, merged_copy(self.model), self.state())
 
     def state(self) -> dict[str, Any]:
         return {} if self.adapter_info is None else {"adapter": self.adapter_info}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.run.refuse_resume()
+
+    def heldout_metrics(self) -> dict[str, float]:
+        return {}
+
+    def evaluates_here(self) -> bool:
+        return True  # one process
+
+    def lockstep(self) -> AbstractContextManager:
+        return nullcontext()
 
     def _make_teacher(self) -> dict[str, float]:
         """Stage 1: load the teacher, or train one from a copy of the base; frozen."""
@@ -191,7 +218,7 @@ class ProgressiveTrainer(LocalTrainer):
         elif c.rl_steps == 0:
             raise ValueError("progressive_rlvr: needs a teacher: set optim.params.teacher or rl_steps > 0")
         else:
-            from rlvr.optim.adamw import GRADIENT_TRAINER
+            from rlvr.loops.gradient import GRADIENT_TRAINER
             from rlvr.train.config import replace
             from rlvr.train.trainer import Trainer
             cfg_t = replace(self.cfg, optim={"name": GRADIENT_TRAINER, "params": {}},
