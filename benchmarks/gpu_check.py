@@ -387,6 +387,29 @@ def _tail(path: Path, chars: int = 2000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
 
+MARK = "RLVR_GPU_CHECK_STAGE"  # in every stage's environment, inherited by each rank it starts
+
+
+def marked(token: str) -> list[int]:
+    """Live processes whose environment carries ``MARK=token`` (read from /proc; [] where there is none)."""
+    needle, found = f"{MARK}={token}".encode(), []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def sweep(token: str) -> None:
+    """Kill what a stage left behind: the launchers start each rank in a session of its own, so killing
+    the launcher's group misses a rank that outlived it (one left waiting at rendezvous sleeps for good)."""
+    for pid in marked(token):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def run_stage(args: argparse.Namespace, stage: str, example: Path, work: Path) -> dict[str, Any]:
     """One stage in its own process group under its time limit; a hang or a crash is reported, not fatal."""
     reason = skip_reason(stage)
@@ -396,7 +419,8 @@ def run_stage(args: argparse.Namespace, stage: str, example: Path, work: Path) -
     folder.mkdir(parents=True, exist_ok=True)
     result, log = folder / "result.json", folder / "output.log"
     limit = args.limit_s or (SMOKE_LIMIT_S if args.cpu_smoke else LIMIT_S.get(stage, 120))
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    token = os.urandom(8).hex()
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", MARK: token}
     if args.cpu_smoke:
         env["OMP_NUM_THREADS"] = "1"
     with log.open("w") as out:
@@ -405,9 +429,11 @@ def run_stage(args: argparse.Namespace, stage: str, example: Path, work: Path) -
         try:
             code = proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank it started
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its own group
             proc.wait()
+            sweep(token)  # and every rank it started in a session of its own
             return {"ok": False, "error": f"timed out after {limit:g} s", "output_tail": _tail(log)}
+        sweep(token)
     if code != 0 or not result.exists():
         return {"ok": False, "error": f"exit status {code}", "output_tail": _tail(log)}
     return json.loads(result.read_text())
