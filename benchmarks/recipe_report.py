@@ -21,28 +21,25 @@ from typing import Any
 
 from train_memory import growth_per_step
 
+from rlvr.train.config import read_yaml
+
 
 def run_record(folder: Path) -> dict[str, Any]:
     """One run's figures, from its own files."""
     summary = json.loads((folder / "summary.json").read_text())
-    config = (folder / "config.yaml").read_text()
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "reward/mean" in r]
     before, after = summary["eval_before"], summary["eval_after"]
     rss = [r["memory/rss_mb"] for r in steps if "memory/rss_mb" in r]
     heap = [r["memory/heap_in_use_mb"] for r in steps if "memory/heap_in_use_mb" in r]
-    return {"run": str(folder), "seed": _seed(config), "steps": summary["steps"],
+    return {"run": str(folder), "seed": read_yaml(folder / "config.yaml").get("run", {}).get("seed"),
+            "steps": summary["steps"],
             "problems": after["num_problems"], "accuracy_before": before["greedy_accuracy"],
             "accuracy_after": after["greedy_accuracy"], "gain_points": round(100 * summary["accuracy_gain"], 1),
             "well_formed_before": before.get("greedy_well_formed"), "well_formed_after": after.get("greedy_well_formed"),
             "rl_seconds": round(summary["seconds"], 1), "reward": [r["reward/mean"] for r in steps],
             "rss_mb": rss, "rss_growth_mb_per_step_after_10": growth_per_step(rss),
             "heap_mb": heap, "heap_growth_mb_per_step_after_10": growth_per_step(heap)}
-
-
-def _seed(config_text: str) -> int | None:
-    import yaml
-    return (yaml.safe_load(config_text).get("run") or {}).get("seed")
 
 
 def plot(records: list[dict[str, Any]], path: Path) -> None:

@@ -29,10 +29,10 @@ from verl.trainer.config import AlgoConfig  # noqa: E402
 
 from rlvr.integrations import verl as adapter  # noqa: E402
 from rlvr.integrations.verl import group_ids_from_index, register_with_verl  # noqa: E402
-from rlvr.registry import RegistryError, get, names  # noqa: E402
+from rlvr.registry import RegistryError, names  # noqa: E402
 from tests.peers.test_verl_advantages import last_token_rewards, random_batch, verl_gdpo  # noqa: E402
 from tests.peers.test_verl_losses import VERL_MODES, _actor_config, _batch  # noqa: E402
-from tests.peers.verl_table import rlvr_names  # noqa: E402
+from tests.peers.verl_table import built_in, rlvr_names  # noqa: E402
 
 pytestmark = pytest.mark.peers
 SEEDS = [0, 1]
@@ -157,8 +157,7 @@ def test_verl_loads_the_entry_point_in_a_new_process(tmp_path):
     # verl 0.9.1's own discovery: verl/__init__.py loads the "verl.plugins" group on import.
     assert 'entry_points(group="verl.plugins")' in Path(core_algos.__file__).parents[2].joinpath(
         "__init__.py").read_text()
-    expected = sorted(f"rlvr_{n}" for kind in ("advantage", "loss") for n in names(kind)
-                      if get(kind, n).__module__.startswith("rlvr."))  # built-ins: not what other tests register
+    expected = sorted(f"rlvr_{n}" for kind in ("advantage", "loss") for n in built_in(kind))
     assert _verl_process(tmp_path) == expected
     assert _verl_process(tmp_path, VERL_USE_EXTERNAL_PLUGINS="none") == []  # verl's switch: nothing loaded
 

@@ -24,6 +24,13 @@ def verl_table() -> dict[str, str]:
     return rows
 
 
+def built_in(kind: str) -> list[str]:
+    """The registered names of rlvr's own plug-ins of ``kind`` (not those a test in the same process registers)."""
+    from rlvr.registry import get, names
+
+    return [n for n in names(kind) if get(kind, n).__module__.startswith("rlvr.")]
+
+
 def rlvr_names(kind: str, status: str) -> list[str]:
     """rlvr names (without the prefix) of ``kind`` whose row says ``status``."""
     from rlvr.registry import names

@@ -5,8 +5,8 @@ tests/peers/test_verl_dispatch.py's job (it reads the same table)."""
 
 from __future__ import annotations
 
-from rlvr.registry import get, names
-from tests.peers.verl_table import verl_table
+from rlvr.registry import get
+from tests.peers.verl_table import built_in, verl_table
 
 # Inputs verl 0.9.1 hands a registered estimator / loss (rlvr field names); see the table's preamble.
 VERL_GIVES = {"advantage": {"rewards", "mask", "group_ids", "token_rewards"},
@@ -17,11 +17,6 @@ def _needs_more_than_verl_gives(kind: str, name: str) -> bool:
     cls = get(kind, name)
     lacking = [opts for opts in cls.mechanism_inputs if not set(opts) & VERL_GIVES[kind]]
     return bool(lacking) or getattr(cls, "min_objectives", 1) > 1
-
-
-def built_in(kind: str) -> list[str]:
-    """The registered names of rlvr's own plug-ins (not those a test in the same process registers)."""
-    return [n for n in names(kind) if get(kind, n).__module__.startswith("rlvr.")]
 
 
 def test_the_verl_table_has_every_name_once():
