@@ -92,6 +92,7 @@ RECIPE = ROOT / "configs" / "examples" / "smollm2_reasoning_gym.yaml"  # the smo
 # Regime defaults: the tiny testbed's, and the SmolLM2 recipe's (32 new tokens, lr 1e-5).
 DEFAULT_TOKENS = {"long": 400, "smollm2": 32}
 DEFAULT_LR = {"smollm2": 1e-5}
+DEFAULT_MICRO_BATCH = {"smollm2": 16}  # the recipe's optim.micro_batch_size
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -118,6 +119,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also report the update's peak bytes saved for backward (rlvr; saved-tensor hooks)")
     p.add_argument("--max-tokens", type=int, default=0,
                    help="rlvr's optim.max_tokens_per_micro_batch and max_tokens_per_scoring_pass (0 = rows)")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="rows per forward/backward in both frameworks (rlvr optim.micro_batch_size; TRL "
+                        "per_device_train_batch_size with gradient_accumulation_steps = prompts x group / N, one "
+                        "optimizer step per generation batch either way); 0 = the whole batch in one pass "
+                        "(default: smollm2 16, the recipe's; else 0)")
     p.add_argument("--sft-steps", type=int, default=100, help="warm-start steps for the shared starting model")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
@@ -135,6 +141,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.max_new_tokens = DEFAULT_TOKENS.get(args.regime, 48)
     if args.lr is None:
         args.lr = DEFAULT_LR.get(args.regime, 1e-4)
+    if args.micro_batch is None:
+        args.micro_batch = DEFAULT_MICRO_BATCH.get(args.regime, 0)
+    rows = args.prompts * args.group
+    if args.micro_batch and rows % args.micro_batch:
+        p.error(f"--micro-batch {args.micro_batch} must divide prompts x group = {rows} (TRL accumulates whole "
+                "micro-batches)")
     if args.regime in ("long", "smollm2"):
         args.sft_steps = 0
     if args.worker is None:
@@ -230,7 +242,8 @@ def rlvr_base(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                     "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
                     "engine": {"name": "loop", "lean": not args.no_lean}},
         "algorithm": {"loss": {"name": "ppo_clip"}, "aggregation": {"mode": "token-mean"}, "kl_coef": 0.0},
-        "optim": {"lr": args.lr, "schedule": "constant", "grad_clip": 1.0, "ppo_epochs": 1, "micro_batch_size": 0,
+        "optim": {"lr": args.lr, "schedule": "constant", "grad_clip": 1.0, "ppo_epochs": 1,
+                  "micro_batch_size": args.micro_batch,
                   "packing": args.packing, "max_tokens_per_micro_batch": args.max_tokens,
                   "max_tokens_per_scoring_pass": args.max_tokens, "skip_zero_rows": args.regime != "long"},
         "run": {"steps": args.warmup + args.steps, "seed": args.seed, "out_dir": str(out_dir), "eval_every": 0,
@@ -529,7 +542,8 @@ def trl_settings(args: argparse.Namespace) -> dict[str, Any]:
         disable_tqdm=False, seed=args.seed, max_steps=args.warmup + args.steps, learning_rate=args.lr,
         lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch", weight_decay=0.0,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=1.0,
-        per_device_train_batch_size=args.prompts * args.group, gradient_accumulation_steps=1,
+        per_device_train_batch_size=args.micro_batch or args.prompts * args.group,
+        gradient_accumulation_steps=args.prompts * args.group // (args.micro_batch or args.prompts * args.group),
         num_generations=args.group, num_iterations=1, max_completion_length=args.max_new_tokens,
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="dapo", epsilon=0.2,
         scale_rewards="group", log_completions=False, dataloader_num_workers=0,
@@ -689,6 +703,7 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
     out: dict[str, Any] = {"setting": {"prompts": args.prompts, "group": args.group, "completions_per_step": n,
                                        "max_new_tokens": args.max_new_tokens, "lr": args.lr, "threads": args.threads,
                                        "packing": args.packing, "max_tokens": args.max_tokens, "lean": not args.no_lean,
+                                       "micro_batch": args.micro_batch,
                                        "warmup_steps": args.warmup, "timed_steps": args.steps, **info}}
     for name, res in results.items():
         med = statistics.median(res["spans"])
@@ -739,7 +754,7 @@ def run_worker(args: argparse.Namespace, name: str, folder: Path) -> dict[str, A
 
 def _forward_args(args: argparse.Namespace) -> list[str]:
     keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed", "regime", "packing",
-            "max_tokens", "sft_steps")
+            "max_tokens", "sft_steps", "micro_batch")
     flags = ["--no-lean"] * args.no_lean + ["--activation-memory"] * args.activation_memory
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))] + flags
 

@@ -147,3 +147,22 @@ def test_lora_models_get_their_own_forward():
     lora = peft.get_peft_model(_model("llama"), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     assert lean_refusal(lora) is not None and lean_refusal(lora.base_model.model) is not None
     assert isinstance(decode_steps(lora, 8), ModelSteps)
+
+
+@pytest.mark.parametrize("kv_heads", [9, 3, 1])
+def test_one_query_attention_equals_sdpa(kv_heads):
+    """The decode step's attention (one query, grouped heads as small products) against torch's sdpa
+    with the same boolean mask: float32 scores of 64-long dot products and a softmax over 12 keys
+    agree to float32 rounding (1e-6 absolute on outputs of size ~1)."""
+    from rlvr.rollout.engines.lean import _one_query_attention
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(5, 9, 1, 64, generator=g)
+    keys, values = torch.randn(2, 5, kv_heads, 12, 64, generator=g).unbind(0)
+    mask = torch.ones(5, 1, 1, 12, dtype=torch.bool)
+    mask[1, ..., :4] = False  # left padding of row 1
+    mask[3, ..., :11] = False  # row 3 sees its own key only
+    ref = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=0.125,
+                                                           enable_gqa=kv_heads != 9)
+    out = _one_query_attention(q, keys, values, mask, 0.125)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
+    torch.testing.assert_close(out[3], values[3].repeat_interleave(9 // kv_heads, 0)[:, -1:], rtol=0, atol=1e-6)

@@ -4,8 +4,10 @@ transformers' forward builds a 4-D mask, walks a cache object and passes through
 layers on every call; for the small models of this testbed that machinery costs more than the
 arithmetic of a decode step. :class:`LeanDecoder` computes the same decoder with the model's own
 weights and rotary embedding, straight tensor calls (on small models q/k/v and gate/up each as one
-matmul over the weights joined), and a preallocated KV cache. On the models it accepts, its logits
-equal the model's forward within float rounding (the same products and sums;
+matmul over the weights joined), a preallocated KV cache, and a decode step's attention (one query)
+as two small batched products (CPU's fused sdpa kernel is ~5x slower at one query: 7 vs 1.4 ms a call
+for SmolLM2's 9 heads over 3 key/value heads, 64 rows). On the models it accepts, its logits equal
+the model's forward within float rounding (the same products and sums;
 tests/unit/rollout/test_lean_decoder.py checks Llama and Qwen2 with left padding, grouped-query heads,
 dropped rows and bf16 autocast). Anything else — another architecture, a sliding window,
 an attention implementation other than sdpa or eager, a wrapped linear (LoRA, quantised), hooks on
@@ -90,6 +92,21 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+def _one_query_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """softmax(q kᵀ · scale) v for one query position: q (B, H, 1, D), keys / values (B, H_kv, K, D), mask
+    (B, 1, 1, K) True on real keys → (B, H, 1, D). Query head h reads key/value head h // (H / H_kv), as
+    transformers' ``repeat_kv`` lays them out, so the heads sharing one key/value head are one small
+    (H / H_kv, D) × (D, K) product. Scores and softmax in float32, the weights cast back to the values'
+    dtype for the second product (sdpa's order of operations; its reduction blocking differs)."""
+    b, h, _, d = q.shape
+    kv, k = keys.shape[1], keys.shape[2]
+    grouped = q.reshape(b, kv, h // kv, d)  # (B, H_kv, H / H_kv, D)
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)).float() * scale  # (B, H_kv, H / H_kv, K)
+    scores = scores.masked_fill(~mask.view(b, 1, 1, k), float("-inf"))
+    weights = torch.softmax(scores, dim=-1).to(values.dtype)
+    return torch.matmul(weights, values).reshape(b, h, 1, d)  # (B, H, 1, D)
+
+
 class LeanDecoder:
     """Prefill then one token per step over a preallocated KV cache; ``select`` drops finished rows.
 
@@ -163,7 +180,11 @@ class LeanDecoder:
             self.keys = torch.zeros(shape, dtype=k.dtype, device=k.device)
             self.values = torch.zeros(shape, dtype=v.dtype, device=v.device)
         self.keys[i, :, :, start:end], self.values[i, :, :, start:end] = k, v
-        out = F.scaled_dot_product_attention(q, self.keys[i, :, :, :end], self.values[i, :, :, :end], attn_mask=mask,
-                                             scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])  # (B, H, S, D)
+        keys, values = self.keys[i, :, :, :end], self.values[i, :, :, :end]  # (B, H_kv, K, D)
+        if s == 1:  # a decode step: two small batched products (CPU's fused sdpa is ~5x slower at one query)
+            out = _one_query_attention(q, keys, values, mask, attn.scaling)
+        else:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
+                                                 enable_gqa=q.shape[1] != k.shape[1])  # (B, H, S, D)
         out = out.transpose(1, 2).reshape(b, s, -1)
         return F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
