@@ -5,34 +5,49 @@ claims and run roles), ``docs/results/<family>/results.json`` (every run's numbe
 one, ``run_metrics.json`` (per-seed training metrics); ``configs/claims_untested.yaml`` lists claims
 no family measures; ``docs/findings_notes.md`` is hand-written prose appended under its own heading.
 ``--check`` compares the committed docs/findings.md with what these give and fails on a difference.
+
+The fresh-seed confirmation (issue 47): ``configs/confirm/<family>.yaml`` re-runs a family's decided claims
+unchanged on new seeds, its results under ``docs/results/confirm/<family>/``; ``configs/confirm/holm_family.yaml``
+lists the confirmatory Holm family (fixed: a family not run yet is *pending*, its claims counted in m with
+p = 1, ``rlvr.compare.verdicts.judge``) and ``configs/confirm/FROZEN`` the commit that froze them. Every
+confirmatory claim is judged by ``judge``, the exploratory rules unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rlvr.compare.claims import DEFAULT_MIN_UPDATES_FRACTION, Claim, parse_claim
-from rlvr.compare.config import load_compare
-from rlvr.compare.power import family_power
+from rlvr.compare.config import CompareConfig, load_compare
+from rlvr.compare.power import expected_power, family_power
 from rlvr.compare.problem_pairs import pair_problems
-from rlvr.compare.verdict_tests import ALPHA, EXACT_UP_TO
-from rlvr.compare.verdicts import (KINDS, Family, baseline_gain, control_outcome, described_claims, judge, oriented,
-                                   span, updates)
+from rlvr.compare.verdict_tests import ALPHA, EXACT_UP_TO, claim_p, sign_flip_claim
+from rlvr.compare.verdicts import (KINDS, Family, baseline_gain, claim_id, confirms, control_outcome,
+                                   described_claims, judge, oriented, pair_diffs, span, updates)
 from rlvr.train.config import ConfigError
 
 FINDINGS = Path("docs/findings.md")
 NOTES = Path("docs/findings_notes.md")
 UNTESTED = Path("configs/claims_untested.yaml")
 HOLM_FAMILY = Path("configs/holm_family.yaml")
+CONFIRM = Path("configs/confirm")  # the fresh-seed confirmation's comparison files
+CONFIRM_HOLM = CONFIRM / "holm_family.yaml"  # its Holm family, fixed before any of its runs
+CONFIRM_RESULTS = Path("docs/results/confirm")  # <family>/results.json once a family has run
+FROZEN = CONFIRM / "FROZEN"  # the commit that froze configs/confirm/ (git's short id)
+# Descriptive comparisons outside every Holm family: (family, method) -> the claim-less arm the method is built
+# on, whose paired difference the method's row states (MMPO is Dr. GRPO's advantage re-weighted, issue 47).
+BASE_ARMS = {("length", "mmpo"): "dr_grpo"}
 
 
-def holm_family(root: Path) -> list[str]:
+def holm_family(root: Path, rel: Path = HOLM_FAMILY) -> list[str]:
     """The committed list of claims (``family/method``) that Holm's correction counts."""
-    path = root / HOLM_FAMILY
+    path = root / rel
     if not path.exists():
         raise ConfigError(f"{path} does not exist: it lists, in advance, the claims Holm's correction counts")
     raw = yaml.safe_load(path.read_text()) or {}
@@ -48,23 +63,32 @@ def load_families(root: Path) -> list[Family]:
     for path in sorted((root / "configs" / "compare").glob("*.yaml")):
         results = root / "docs" / "results" / path.stem / "results.json"
         cfg = load_compare(path, build=False)
-        claims = tuple(m.claim for m in cfg.methods if m.claim is not None)
-        if not claims:
+        if not _claims(cfg):
             continue
         if not results.exists():
             raise ConfigError(f"{path} pre-registers claims but {results} does not exist")
-        baseline = cfg.baseline or cfg.methods[0].name
-        roles = {m.name: ("baseline" if m.name == baseline else m.role) for m in cfg.methods}
-        metrics = root / "docs" / "results" / path.stem / "run_metrics.json"
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] \
-            if metrics.exists() else []
-        records = json.loads(results.read_text())["runs"]
-        clash = sorted({r["method"] for r in records if r.get("role") not in (None, roles.get(r["method"]))})
-        if clash:
-            raise ConfigError(f"{results}: the role recorded for {clash} differs from {path}'s; re-run the family")
-        families.append(Family(name=path.stem, baseline=baseline, claims=claims, roles=roles, records=records,
-                               run_metrics=rows, seeds=_recorded_seeds(records, baseline)))
+        families.append(read_family(path, cfg, results))
     return families
+
+
+def _claims(cfg: CompareConfig) -> tuple[Claim, ...]:
+    return tuple(m.claim for m in cfg.methods if m.claim is not None)
+
+
+def read_family(path: Path, cfg: CompareConfig, results: Path) -> Family:
+    """A comparison file's claims and roles with its committed results.json (and the run_metrics.json beside
+    it, one ``benchmarks/run_metrics.py`` line a method and window)."""
+    baseline = cfg.baseline or cfg.methods[0].name
+    roles = {m.name: ("baseline" if m.name == baseline else m.role) for m in cfg.methods}
+    metrics = results.parent / "run_metrics.json"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] \
+        if metrics.exists() else []
+    records = json.loads(results.read_text())["runs"]
+    clash = sorted({r["method"] for r in records if r.get("role") not in (None, roles.get(r["method"]))})
+    if clash:
+        raise ConfigError(f"{results}: the role recorded for {clash} differs from {path}'s; re-run the family")
+    return Family(name=path.stem, baseline=baseline, claims=_claims(cfg), roles=roles, records=records,
+                  run_metrics=rows, seeds=_recorded_seeds(records, baseline))
 
 
 def _recorded_seeds(records: list[dict], baseline: str) -> tuple[int, ...]:
@@ -84,25 +108,90 @@ def untested_claims(root: Path) -> list[Claim]:
     return out
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """The fresh-seed confirmation: every confirmation file (run or pending), its judged rows and its freeze."""
+
+    frozen: str  # the commit that froze configs/confirm/ (configs/confirm/FROZEN)
+    listed: tuple[str, ...]  # configs/confirm/holm_family.yaml: the claims its Holm correction counts
+    configs: dict[str, CompareConfig]  # family -> its confirmation file, run or not
+    run: tuple[Family, ...]  # the families with a committed docs/results/confirm/<family>/results.json
+    rows: dict[str, dict[str, Any]]  # claim id -> its confirmatory row (run families only)
+    tables: tuple[str, ...] = ()  # the run families whose results.md is committed beside results.json
+
+
+def load_confirmation(root: Path, exploratory: list[dict[str, Any]], alpha: float = ALPHA) -> Confirmation | None:
+    """The confirmation files with their committed results, checked against the confirmatory Holm family and
+    the exploratory claims, every run claim judged by ``judge`` (the pending ones counted in m at p = 1).
+    None where the repository has no confirmatory Holm family."""
+    if not (root / CONFIRM_HOLM).exists():
+        return None
+    listed = holm_family(root, CONFIRM_HOLM)
+    configs, run = {}, []
+    for path in sorted((root / CONFIRM).glob("*.yaml")):
+        if path.name == CONFIRM_HOLM.name:
+            continue
+        configs[path.stem] = cfg = load_compare(path, build=False)
+        results = root / CONFIRM_RESULTS / path.stem / "results.json"
+        if results.exists():
+            run.append(read_family(path, cfg, results))
+    claims = {f"{name}/{c.method}": c for name, cfg in configs.items() for c in _claims(cfg)}
+    check_confirm_claims(claims, listed, {claim_id(r["family"], r["claim"]): r["claim"] for r in exploratory})
+    ran = {f.name for f in run}
+    pending = [c for c in listed if c.split("/", 1)[0] not in ran]
+    rows = judge(run, alpha, listed, str(CONFIRM_HOLM), pending=pending)
+    tables = tuple(f.name for f in run if (root / CONFIRM_RESULTS / f.name / "results.md").exists())
+    return Confirmation(frozen=frozen_commit(root), listed=tuple(listed), configs=configs, run=tuple(run),
+                        rows={claim_id(r["family"], r["claim"]): r for r in rows}, tables=tables)
+
+
+def check_confirm_claims(claims: dict[str, Claim], listed: list[str], exploratory: dict[str, Claim]) -> None:
+    """The confirmation files must claim exactly what the confirmatory Holm family lists, each claim exactly as
+    its exploratory comparison file registered it (a confirmation re-runs a claim; it does not restate it)."""
+    where = f"{CONFIRM}/*.yaml"
+    unlisted, unclaimed = sorted(set(claims) - set(listed)), sorted(set(listed) - set(claims))
+    if unlisted or unclaimed:
+        raise ConfigError(" and ".join(part for part in (
+            f"{where} claim {unlisted}, which {CONFIRM_HOLM} does not list" if unlisted else "",
+            f"{CONFIRM_HOLM} lists {unclaimed}, which no file of {where} claims" if unclaimed else "") if part)
+            + " (the confirmatory Holm family is fixed before its runs: the two must name the same claims)")
+    changed = sorted(c for c, claim in claims.items() if exploratory.get(c) != claim)
+    if changed:
+        raise ConfigError(f"{where}: the claims {changed} are not those configs/compare/ registered (a confirmation "
+                          "re-runs each claim unchanged: metric, direction, margin, mechanism and all)")
+
+
+def frozen_commit(root: Path) -> str:
+    """The commit named in configs/confirm/FROZEN: its first line that is not a comment."""
+    path = root / FROZEN
+    lines = [x.strip() for x in path.read_text().splitlines() if x.strip() and not x.startswith("#")] \
+        if path.exists() else []
+    if not lines or not re.fullmatch(r"[0-9a-f]{7,40}", lines[0]):
+        raise ConfigError(f"{path} must name, on its first line that is not a comment, the commit (hex) that froze "
+                          f"{CONFIRM}/ before any confirmation run")
+    return lines[0]
+
+
 def render(root: Path, alpha: float = ALPHA) -> str:
     """The whole docs/findings.md text."""
     families = load_families(root)
     rows = judge(families, alpha, holm_family(root), str(HOLM_FAMILY))
+    confirm = load_confirmation(root, rows, alpha)
     m = sum(r["holm"] is not None for r in rows)
-    lines = [*_head(m, alpha, families), *_family_table(families, rows, m, alpha), *_claim_table(rows),
+    lines = [*_head(m, alpha, families, rows, confirm), *_family_table(families, rows, m, alpha, confirm),
+             *_claim_table(rows, confirm), *_confirmation_section(confirm, rows, families, alpha),
              *_problem_section(rows), *_untested_lines(untested_claims(root)), *_notes(root)]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _head(m: int, alpha: float, families: list[Family]) -> list[str]:
+def _head(m: int, alpha: float, families: list[Family], rows: list[dict], confirm: Confirmation | None) -> list[str]:
     return [
         "# Findings: does each seed method do what its paper says, on the tiny-model testbed?", "",
-        "<!-- Generated by `rlvr findings` from configs/compare/*.yaml (the pre-registered claims) and "
-        "docs/results/*/results.json; do not edit by hand (edit docs/findings_notes.md, then regenerate). "
-        "`rlvr findings --check` fails when this file differs from what the committed results give. -->", "",
-        "**Every verdict here is exploratory.** The rules below were changed after these results had been seen "
-        "(issue 47); they hold as confirmatory only once re-run on fresh seeds, which is pending "
-        "(docs/findings_notes.md).", "",
+        "<!-- Generated by `rlvr findings` from configs/compare/*.yaml (the pre-registered claims), "
+        "configs/confirm/ (their fresh-seed confirmation) and docs/results/**/results.json; do not edit by hand "
+        "(edit docs/findings_notes.md, then regenerate). `rlvr findings --check` fails when this file differs "
+        "from what the committed results give. -->", "",
+        _status_sentence(rows, confirm), "",
         "## How the verdicts are computed", "",
         "Every verdict below is computed by `rlvr findings` (`src/rlvr/compare/verdicts.py`) from the committed "
         "per-run results; each comparison file pre-registers, per method, the metric that decides its row, the "
@@ -147,6 +236,26 @@ def _rules(m: int, alpha: float, families: list[Family]) -> list[str]:
         f"α/m = {alpha / max(1, m):.2g} (the strictest Holm step); and the seeds a 3-point MDE at α/m needs."]
 
 
+def _status_sentence(rows: list[dict], confirm: Confirmation | None) -> str:
+    """What in this file is exploratory and what is confirmatory."""
+    if confirm is None:
+        return ("**Every verdict here is exploratory.** The rules below were changed after these results had been "
+                "seen (issue 47); they hold as confirmatory only once re-run on fresh seeds, which is pending "
+                "(docs/findings_notes.md).")
+    confirmed, not_confirmed, pending = confirmation_counts(rows, confirm)
+    m = len(confirm.listed)
+    status = (f"No family has been re-run yet, so nothing here is confirmatory yet ({pending} claims pending)."
+              if not confirm.run else
+              f"So far {len(confirm.run)} of {len(confirm.configs)} families have been re-run: confirmed "
+              f"{confirmed}, not confirmed {not_confirmed}, pending {pending}.")
+    return (f"**Exploratory, except one column.** The rules below were changed after the results had been seen "
+            f"(issue 47), so every verdict in the *verdict* column is exploratory. The {m} claims it decided "
+            f"(reproduced, opposite or ruled out) were then frozen (commit {confirm.frozen}) and are re-run "
+            f"unchanged on fresh seeds ({_seed_text(confirm)}) under the same rules, Holm-corrected across those "
+            f"{m}: only the *confirmatory* column of the claims table, and the section *Confirmation on fresh seeds*, "
+            f"are confirmatory. {status}")
+
+
 def _controlled(families: list[Family]) -> str:
     """The sentence saying which committed families can publish verdicts (those with a positive control)."""
     with_control = [f.name for f in families if "positive_control" in f.roles.values()]
@@ -165,25 +274,39 @@ CLAIM_HEAD = ("| method | paper's claim | family · metric · direction | Δ (n)
               "| p · Holm · flip (floor) · flip Holm | verdict | why |")
 
 
-def _family_table(families: list[Family], rows: list[dict], m: int, alpha: float) -> list[str]:
+def _family_table(families: list[Family], rows: list[dict], m: int, alpha: float,
+                  confirm: Confirmation | None = None) -> list[str]:
     lines = ["## Families: baseline gain, power and verdict counts", "", FAMILY_HEAD.format(alpha=alpha),
              "|---|---|---:|---|---|---|---|"]
     lines += [_family_row(family, [r for r in rows if r["family"] is family], m, alpha) for family in families]
-    return lines + ["", verdict_summary(rows), ""]
+    return lines + ["", verdict_summary(rows, confirm), ""]
 
 
 SUMMARY_START = "All claims"
 
 
-def verdict_summary(rows: list[dict]) -> str:
-    """One sentence: the count of each verdict kind and the methods decided either way (the README quotes it;
-    tests/unit/compare/test_findings.py checks that it does, word for word)."""
+def verdict_summary(rows: list[dict], confirm: Confirmation | None = None) -> str:
+    """One line: the count of each verdict kind and the methods decided either way, then the confirmation's
+    counts (the README quotes it; tests/unit/compare/test_findings.py checks that it does, word for word)."""
     parts = []
     for kind in KINDS:
         decided = [r for r in rows if r["verdict"] == kind]
         names = [_decided_name(r) for r in decided] if kind in ("reproduced", "opposite") else []
         parts.append(f"{kind} {len(decided)}" + (f" ({'; '.join(names)})" if names else ""))
-    return f"{SUMMARY_START} ({len(rows)}): " + ", ".join(parts) + "."
+    line = f"{SUMMARY_START} ({len(rows)}): " + ", ".join(parts) + "."
+    if confirm is None:
+        return line
+    confirmed, not_confirmed, pending = confirmation_counts(rows, confirm)
+    return (f"{line} Re-run on fresh seeds ({len(confirm.listed)}): confirmed {confirmed}, not confirmed "
+            f"{not_confirmed}, pending {pending}.")
+
+
+def confirmation_counts(rows: list[dict], confirm: Confirmation) -> tuple[int, int, int]:
+    """(confirmed, not confirmed, pending) over the confirmatory Holm family's claims."""
+    exploratory = {claim_id(r["family"], r["claim"]): r for r in rows}
+    ran = [c for c in confirm.listed if c in confirm.rows]
+    confirmed = sum(confirms(exploratory[c], confirm.rows[c]) for c in ran)
+    return confirmed, len(ran) - confirmed, len(confirm.listed) - len(ran)
 
 
 def _decided_name(row: dict) -> str:
@@ -195,19 +318,23 @@ def _decided_name(row: dict) -> str:
     return claim.title + (f": {', '.join(notes)}" if notes else "")
 
 
-def _family_row(family: Family, rows: list[dict], m: int, alpha: float) -> str:
+def _family_row(family: Family, rows: list[dict], m: int, alpha: float, files: str = "") -> str:
     gain = baseline_gain(family)
     gain_text = "—" if gain["interval"] is None else \
         f"{gain['mean']:+.3f} [{gain['interval'][0]:+.3f}, {gain['interval'][1]:+.3f}] (n = {gain['n']})"
     controls = "; ".join(_control_outcome(family, c, role, m, alpha) for c, role in family.roles.items()
                          if role.endswith("control")) or "none"
-    power = "; ".join(f"{p['metric']}: {_num(p['sd'])}, {_num(p['mde'])}, {_num(p['mde_corrected'])}, "
-                      f"{'—' if p['seeds_3pt'] is None else p['seeds_3pt']}" for p in family_power(family, m, alpha))
     counts = ", ".join(f"{k}: {n}" for k in KINDS if (n := sum(r["verdict"] == k for r in rows)))
-    files = (f"{family.name} · `configs/compare/{family.name}.yaml` · "
-             f"[docs/results/{family.name}/results.md](results/{family.name}/results.md)")
-    return (f"| {files} | {family.baseline} | {len(family.seeds)} | {gain_text} | {controls} | {power or '—'} "
-            f"| {counts} |")
+    files = files or (f"{family.name} · `configs/compare/{family.name}.yaml` · "
+                      f"[docs/results/{family.name}/results.md](results/{family.name}/results.md)")
+    return (f"| {files} | {family.baseline} | {len(family.seeds)} | {gain_text} | {controls} "
+            f"| {_power_cell(family_power(family, m, alpha))} | {counts} |")
+
+
+def _power_cell(power: list[dict]) -> str:
+    """Per claim metric: SD of the paired differences, MDE at α and at α/m, seeds for a 3-point MDE at α/m."""
+    return "; ".join(f"{p['metric']}: {_num(p['sd'])}, {_num(p['mde'])}, {_num(p['mde_corrected'])}, "
+                     f"{'—' if p['seeds_3pt'] is None else p['seeds_3pt']}" for p in power) or "—"
 
 
 def _control_outcome(family: Family, control: str, role: str, m: int, alpha: float) -> str:
@@ -225,7 +352,11 @@ def _control_outcome(family: Family, control: str, role: str, m: int, alpha: flo
     return f"{control} ({role.split('_')[0]}): " + ("; ".join(parts) or "no claim against the baseline")
 
 
-def _claim_table(rows: list[dict]) -> list[str]:
+def _claim_table(rows: list[dict], confirm: Confirmation | None = None) -> list[str]:
+    head, rule = CLAIM_HEAD, "|---|---|---|---|---|---|---|"
+    if confirm is not None:  # the confirmatory verdict beside the exploratory one
+        head = head.replace("| verdict |", f"| verdict | confirmatory (fresh seeds {_seed_text(confirm)}) |")
+        rule += "---|"
     lines = ["## The claims", "",
              "Δ: mean paired difference (method − baseline; for *versus warm start*: the method's own gain) in "
              "the metric's units ± 95 % t half-width; p: paired t; Holm: the adjusted p; flip: the sign-flip p "
@@ -233,25 +364,82 @@ def _claim_table(rows: list[dict]) -> list[str]:
              "optimizer updates each arm made, stated where they differ at an equal sample budget. Lower is "
              "better for seconds, Brier and ECE. *subset X*: the claim is about those "
              "problems; its gate needs the metric on them to be above 0 in some run (the test is on the whole-set "
-             "metric). Where a gate failed, *why* adds in parentheses what the paired test alone gives.", "",
-             CLAIM_HEAD, "|---|---|---|---|---|---|---|"]
-    return lines + [_claim_row(row) for row in sorted(rows, key=lambda r: _section_key(r["claim"].section))] + [""]
+             "metric). Where a gate failed, *why* adds in parentheses what the paired test alone gives."
+             + _confirm_column_text(confirm), "", head, rule]
+    ordered = sorted(rows, key=lambda r: _section_key(r["claim"].section))
+    return lines + [_claim_row(row, None if confirm is None else _confirm_cell(row, confirm)) for row in ordered] + [""]
 
 
-def _claim_row(row: dict) -> str:
+def _confirm_column_text(confirm: Confirmation | None) -> str:
+    if confirm is None:
+        return ""
+    return (" *Confirmatory*: the same claim judged on its fresh seeds (section *Confirmation on fresh seeds*): "
+            "verdict, whether it confirms the exploratory one, Δ (n), and p · Holm · flip Holm across the "
+            f"{len(confirm.listed)} claims of `{CONFIRM_HOLM}`; *pending* where its family has not been re-run, "
+            "— where the claim was not decided and is not re-run.")
+
+
+def _confirm_cell(row: dict, confirm: Confirmation) -> str:
+    """A claim's confirmatory cell: '—' (not re-run), pending, or its fresh-seed verdict, Δ (n) and p's."""
+    key = claim_id(row["family"], row["claim"])
+    if key not in confirm.listed:
+        return "—"
+    if key not in confirm.rows:
+        return "pending (not re-run yet)"
+    fresh = confirm.rows[key]
+    status = "confirmed" if confirms(row, fresh) else "not confirmed"
+    test = fresh["test"]
+    stats = "no p" if test["p"] is None else \
+        f"p {test['p']:.3g} · Holm {fresh['holm']['p_holm']:.3g} · flip Holm {fresh['flip_holm']['p_holm']:.3g}"
+    return f"*{_verdict_text(fresh)}*, {status} · {_delta(fresh)} · {stats}"
+
+
+def _verdict_text(row: dict) -> str:
+    return row["verdict"] + (f", {row['qualifier']}" if row["qualifier"] else "")
+
+
+def _delta(row: dict) -> str:
+    """Δ ± 95 % half-width (n), oriented so that positive is better for the method."""
+    test = row["test"]
+    if test["mean"] is None:
+        return "—"
+    half = "" if not test["sd"] else f" ± {_half(test):.3f}"
+    return f"{oriented(row['claim'].metric) * test['mean']:+.3f}{half} (n = {test['n']})"
+
+
+def _claim_row(row: dict, confirm_cell: str | None = None) -> str:
     claim, test, flip, family = row["claim"], row["test"], row["flip"], row["family"]
     versus = "its warm start" if claim.versus == "warm_start" else family.baseline
     direction = claim.direction.replace("_", " ") + (f" (margin {row['margin']:.3f})" if row["margin"] else "")
-    delta = "—" if test["mean"] is None else f"{oriented(claim.metric) * test['mean']:+.3f}" + \
-        ("" if not test["sd"] else f" ± {_half(test):.3f}") + f" (n = {test['n']})"
     stats = "—" if test["p"] is None else \
         (f"{test['p']:.3g} · {row['holm']['p_holm']:.3g} · {flip['p']:.3g}{'' if flip['exact'] else ' est.'} "
          f"({flip['floor']:.3g}) · {row['flip_holm']['p_holm']:.3g}")
     subset = f", subset {claim.subset}" if claim.subset else ""
-    verdict = row["verdict"] + (f", {row['qualifier']}" if row["qualifier"] else "")
-    extra = " ".join(x for x in (_updates_note(family, claim), _paper_baseline_note(family, claim), claim.note) if x)
+    notes = (_updates_note(family, claim), _paper_baseline_note(family, claim), _base_arm_note(family, claim),
+             claim.note)
+    extra = " ".join(x for x in notes if x)
+    confirmatory = "" if confirm_cell is None else f" {confirm_cell} |"
     return (f"| {claim.section} {claim.title} | {claim.paper} | {family.name} · {claim.metric}{subset} vs {versus} · "
-            f"{direction} | {delta} | {stats} | *{verdict}* | {row['why']}.{' ' + extra if extra else ''} |")
+            f"{direction} | {_delta(row)} | {stats} | *{_verdict_text(row)}* |{confirmatory} "
+            f"{row['why']}.{' ' + extra if extra else ''} |")
+
+
+def _base_arm_note(family: Family, claim: Claim, arms: dict[tuple[str, str], str] = BASE_ARMS) -> str:
+    """For a method built on another arm of its family (``BASE_ARMS``): the paired difference from that arm
+    on the claim's metric, descriptive (outside every Holm family), or that the arm has not run yet."""
+    base = arms.get((family.name, claim.method))
+    if base is None:
+        return ""
+    label = f"Against {base}, the arm {claim.method} is built on (descriptive, outside the Holm family):"
+    if not any(r["method"] == base and r["status"] == "done" for r in family.records):
+        return f"{label} the {base} arm has not run yet."
+    diffs = pair_diffs(family, claim.method, base, claim.metric)
+    test = claim_p(diffs, "better", None)
+    if test["p"] is None:
+        return f"{label} {len(diffs)} paired seed{'s' if len(diffs) != 1 else ''}, too few for a test."
+    flip = sign_flip_claim(diffs, "better", None)
+    return (f"{label} {claim.metric} {test['mean']:+.3f} ± {_half(test):.3f} (n = {test['n']}), t p = "
+            f"{test['p']:.3g}, sign-flip p = {flip['p']:.3g}{'' if flip['exact'] else ' est.'}.")
 
 
 def _updates_note(family: Family, claim: Claim) -> str:
@@ -267,6 +455,87 @@ def _paper_baseline_note(family: Family, claim: Claim) -> str:
         return ""
     return (f"The paper's comparison is against {claim.paper_baseline}; this row is against {family.baseline}, "
             "so it does not test the paper's comparison.")
+
+
+def _confirmation_section(confirm: Confirmation | None, rows: list[dict], families: list[Family],
+                          alpha: float) -> list[str]:
+    """The confirmation's rules, each family's status and power, and the re-run claims judged on fresh seeds."""
+    if confirm is None:
+        return []
+    m, (confirmed, not_confirmed, pending) = len(confirm.listed), confirmation_counts(rows, confirm)
+    lines = ["## Confirmation on fresh seeds", "",
+             f"The {m} claims whose exploratory verdict was decided (reproduced, opposite or ruled out) were frozen "
+             f"in commit {confirm.frozen} (named in `{FROZEN}`), before any confirmation run: "
+             f"`{CONFIRM}/<family>.yaml` re-runs each claim unchanged, with its family's baseline and both controls, "
+             f"at the same budget and regime on seeds never run before ({_seed_text(confirm)}), and "
+             f"`{CONFIRM_HOLM}` lists them as the confirmatory Holm family. `rlvr findings` judges them with the "
+             "same code and rules as every other row (gates, both baseline arms, exact sign-flip, ruled out "
+             f"against inconclusive), with Holm's correction, for the t test and the sign-flip test apart, across "
+             f"these {m} claims alone (m = {m}).", "",
+             "- **Pending.** A family without a committed `docs/results/confirm/<family>/results.json` is *pending*. "
+             f"Its claims still count in m: each enters both corrections as p = 1, so it takes the last ranks and "
+             f"the claims that have run face the levels α/{m}, α/{m - 1}, … of all {m} (never fewer hypotheses "
+             f"than listed; the positive-control gate uses α/{m} too). Holm's procedure is monotone in every p, so a "
+             "rejection (*reproduced*, *opposite*) both tests made while claims are pending stands whatever they "
+             "later give. A *ruled out* or *inconclusive* verdict may still become a rejection when they arrive (a "
+             "smaller p ranked before it loosens its level), and a *t test only* one may change either way; those "
+             "rows are final only when nothing is pending.",
+             "- **Confirmed.** A claim counts as confirmed only when its confirmatory verdict is its exploratory one "
+             "(the same kind; a *t test only* qualifier is not compared, since at 11 seeds or more the sign-flip "
+             f"test can reach α/{m}). Any other confirmatory verdict leaves it *not confirmed*.",
+             f"- **Status.** {len(confirm.run)} of {len(confirm.configs)} families re-run; of the {m} claims, "
+             f"{confirmed} confirmed, {not_confirmed} not confirmed, {pending} pending.",
+             "- **Power.** A re-run family's row gives the minimum detectable effect its fresh seeds reached (as in "
+             f"the families table, at α and α/m = {alpha / max(1, m):.2g}); a pending family's gives the one its "
+             "planned seeds should reach, from the exploratory SD of its claims' paired differences.", "",
+             FAMILY_HEAD.format(alpha=alpha), "|---|---|---:|---|---|---|---|"]
+    lines += _confirm_family_rows(confirm, families, alpha)
+    return lines + ["", *_confirm_claim_lines(confirm), ""]
+
+
+def _confirm_family_rows(confirm: Confirmation, families: list[Family], alpha: float) -> list[str]:
+    """Each confirmation family's row: as the families table for a re-run one, planned seeds and the MDE they
+    should reach for a pending one."""
+    m, ran, lines = len(confirm.listed), {f.name: f for f in confirm.run}, []
+    exploratory = {f.name: f for f in families}
+    for name, cfg in confirm.configs.items():
+        path = f"`{CONFIRM}/{name}.yaml`"
+        if name in ran:
+            link = f"[{CONFIRM_RESULTS}/{name}/results.md](results/confirm/{name}/results.md)" \
+                if name in confirm.tables else f"`{CONFIRM_RESULTS}/{name}/results.json`"
+            rows = [r for r in confirm.rows.values() if r["family"] is ran[name]]
+            lines.append(_family_row(ran[name], rows, m, alpha, files=f"{name} · {path} · {link} · run"))
+            continue
+        claims = _claims(cfg)
+        power = expected_power(exploratory[name], claims, len(cfg.seeds), m, alpha) if name in exploratory else []
+        baseline = cfg.baseline or cfg.methods[0].name
+        lines.append(f"| {name} · {path} · pending | {baseline} | {len(cfg.seeds)} planned "
+                     f"| pending | pending | expected: {_power_cell(power)} | pending: {len(claims)} |")
+    return lines
+
+
+def _confirm_claim_lines(confirm: Confirmation) -> list[str]:
+    """The re-run claims judged on their fresh seeds, as in the claims table."""
+    if not confirm.rows:
+        return [f"No confirmation family has committed results yet: all {len(confirm.listed)} claims are pending."]
+    ordered = sorted(confirm.rows.values(), key=lambda r: _section_key(r["claim"].section))
+    return ["The re-run claims on their fresh seeds (columns as in the claims table; Holm across the "
+            f"{len(confirm.listed)} claims of `{CONFIRM_HOLM}`, the pending ones at p = 1):", "",
+            CLAIM_HEAD, "|---|---|---|---|---|---|---|", *[_claim_row(row) for row in ordered]]
+
+
+def _seed_text(confirm: Confirmation) -> str:
+    """The confirmation's seeds: the range most files share, then each other file's ('200–211, length 200–215')."""
+    ranges = {name: _range(cfg.seeds) for name, cfg in confirm.configs.items()}
+    common = max(sorted(set(ranges.values())), key=list(ranges.values()).count) if ranges else ""
+    return ", ".join([common] + [f"{name} {r}" for name, r in ranges.items() if r != common])
+
+
+def _range(seeds: tuple[int, ...]) -> str:
+    ordered = sorted(seeds)
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}–{ordered[-1]}"
+    return ", ".join(str(s) for s in ordered)
 
 
 def _problem_section(rows: list[dict]) -> list[str]:

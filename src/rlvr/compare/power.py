@@ -5,11 +5,13 @@ the family's claims on that metric, and the minimum detectable effect at 80 % po
 test at α and at α/m, Holm's strictest step (the worst case for the first claim tested), with the seeds
 a 3-point MDE would need at α/m. ``rlvr findings`` takes m = every claim of the findings; ``rlvr
 compare`` takes m = the file's own claims (a file without claims: every method against the baseline
-on greedy accuracy, m = their count), so its MDE is the looser of the two.
+on greedy accuracy, m = their count), so its MDE is the looser of the two. ``expected_power`` gives what
+a planned re-run should reach: the same SD, the MDE at the re-run's seed count (a pending confirmation).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rlvr.compare.claims import Claim
@@ -35,6 +37,18 @@ def family_power(family: Family, n_claims: int, alpha: float = ALPHA) -> list[di
         out.append({"metric": metric, "sd": sd, "n": n, "mde": mde(sd, n, alpha) if sd else None,
                     "mde_corrected": mde(sd, n, strict) if sd else None,
                     "seeds_3pt": None if metric in UNITLESS or not sd else seeds_for(sd, TARGET_MDE, strict)})
+    return out
+
+
+def expected_power(family: Family, claims: tuple[Claim, ...], seeds: int, n_claims: int,
+                   alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """The power a re-run of ``claims`` on ``seeds`` new seeds should reach: ``family_power`` of those claims
+    in ``family`` (the SD of their paired differences there), its MDEs recomputed at ``seeds``."""
+    out = []
+    for row in family_power(replace(family, claims=claims), n_claims, alpha):
+        sd, strict = row["sd"], alpha / max(1, n_claims)
+        out.append({**row, "n": seeds, "mde": mde(sd, seeds, alpha) if sd else None,
+                    "mde_corrected": mde(sd, seeds, strict) if sd else None})
     return out
 
 

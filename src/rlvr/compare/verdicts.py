@@ -19,6 +19,14 @@ claim, in order:
    (``effect_of_interest``), else *inconclusive*. The claim is judged the same way against the family's
    negative controls (the baseline with another RL seed, at the same Holm levels); the verdict must be the
    same against every arm, else *inconclusive*.
+
+The fresh-seed confirmation (``rlvr findings``) judges its re-run claims with these same functions. A claim
+its Holm family lists whose family has not run yet is *pending*: it enters Holm's correction with p = 1
+(``PENDING_P``), so m stays the listed count and every tested claim's level is α/(m − rank) over all the
+listed claims. Holm's procedure is monotone in each p-value, so a rejection by both tests made while claims
+are pending stands whatever p they later get (levels only loosen as ranks grow); a *t test only* one, or a
+non-rejection, may still change. A confirmatory verdict confirms the exploratory one only when the two are
+the same kind (``confirms``).
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ from rlvr.compare.verdict_tests import ALPHA, claim_p, holm, sign_flip_claim, t_
 from rlvr.train.config import ConfigError
 
 KINDS = ("reproduced", "opposite", "ruled out", "inconclusive", "not testable here")
+DECIDED = ("reproduced", "opposite", "ruled out")  # the verdicts a fresh-seed confirmation re-runs
 T_ONLY = "t test only"  # the qualifier of a rejection the sign-flip test could not reach
+PENDING_P = 1.0  # the p a pending claim (listed, its family not run yet) enters Holm's correction with
 
 
 @dataclass(frozen=True)
@@ -92,14 +102,20 @@ def oriented(metric: str) -> float:
     return -1.0 if metric in LOWER else 1.0
 
 
+def pair_diffs(family: Family, ours: str, theirs: str, metric: str) -> list[float]:
+    """Oriented per-seed differences ``ours`` − ``theirs`` on ``metric`` (positive = better for ``ours``), over
+    the seeds where both finished, in seed order."""
+    mine, other = family.values(ours, metric), family.values(theirs, metric)
+    sign = oriented(metric)
+    return [sign * (mine[s] - other[s]) for s in sorted(mine) if s in other]
+
+
 def paired_diffs(family: Family, claim: Claim) -> list[float]:
     """Oriented per-seed differences of the claim (positive = better for the method), in seed order."""
     if claim.versus == "warm_start":
         gains = family.gains(claim.method, claim.metric)
         return [gains[s] for s in sorted(gains)]
-    ours, theirs = family.values(claim.method, claim.metric), family.values(family.baseline, claim.metric)
-    sign = oriented(claim.metric)
-    return [sign * (ours[s] - theirs[s]) for s in sorted(ours) if s in theirs]
+    return pair_diffs(family, claim.method, family.baseline, claim.metric)
 
 
 def described_claims(family: Family) -> tuple[Claim, ...]:
@@ -109,9 +125,7 @@ def described_claims(family: Family) -> tuple[Claim, ...]:
 
 
 def control_diffs(family: Family, control: str, metric: str) -> list[float]:
-    ours, theirs = family.values(control, metric), family.values(family.baseline, metric)
-    sign = oriented(metric)
-    return [sign * (ours[s] - theirs[s]) for s in sorted(ours) if s in theirs]
+    return pair_diffs(family, control, family.baseline, metric)
 
 
 def baseline_gain(family: Family) -> dict[str, Any]:
@@ -295,11 +309,9 @@ def twin_arms(family: Family, claim: Claim, margin: float | None) -> list[dict[s
     against the baseline: the verdict must be the same against every baseline arm."""
     if claim.versus != "baseline":
         return []
-    sign, ours = oriented(claim.metric), family.values(claim.method, claim.metric)
     out = []
     for twin in family.with_role("negative_control"):
-        theirs = family.values(twin, claim.metric)
-        diffs = [sign * (ours[s] - theirs[s]) for s in sorted(ours) if s in theirs]
+        diffs = pair_diffs(family, claim.method, twin, claim.metric)
         if len(diffs) >= 2:
             out.append(arm(family, claim, diffs, margin, twin))
     return out
@@ -310,23 +322,28 @@ def claim_id(family: Family, claim: Claim) -> str:
     return f"{family.name}/{claim.method}"
 
 
-def check_holm_family(rows: list[dict[str, Any]], listed: list[str], where: str) -> None:
-    """The claims with a p-value must be exactly those the committed Holm-family file lists."""
-    tested = {claim_id(r["family"], r["claim"]) for r in rows if r["test"]["p"] is not None}
+def check_holm_family(rows: list[dict[str, Any]], listed: list[str], where: str,
+                      pending: tuple[str, ...] | list[str] = ()) -> None:
+    """The claims with a p-value, and the pending ones (listed, their family not run yet), must be exactly
+    those the committed Holm-family file lists."""
+    tested = {claim_id(r["family"], r["claim"]) for r in rows if r["test"]["p"] is not None} | set(pending)
+    what = "a p-value or pending" if pending else "a p-value"
     missing, extra = sorted(tested - set(listed)), sorted(set(listed) - tested)
     twice = sorted({c for c in listed if listed.count(c) > 1})
     if missing or extra or twice:
-        problems = [f"claims with a p-value that {where} does not list: {missing}" if missing else "",
-                    f"listed in {where} but not a claim with a p-value: {extra}" if extra else "",
+        problems = [f"claims with {what} that {where} does not list: {missing}" if missing else "",
+                    f"listed in {where} but not a claim with {what}: {extra}" if extra else "",
                     f"listed twice in {where}: {twice}" if twice else ""]
         raise ConfigError("; ".join(p for p in problems if p) + " (the Holm family is fixed in advance: edit the "
                          "file only as a new pre-registration)")
 
 
 def judge(families: list[Family], alpha: float = ALPHA, holm_family: list[str] | None = None,
-          where: str = "the Holm-family file") -> list[dict[str, Any]]:
+          where: str = "the Holm-family file", pending: tuple[str, ...] | list[str] = ()) -> list[dict[str, Any]]:
     """Every claim's row: its tests against each baseline arm, Holm-corrected (t and sign flip separately)
-    across the claims of ``holm_family`` (checked to be those with a p), gates and verdict."""
+    across the claims of ``holm_family`` (checked to be those with a p, and the ``pending`` ones), gates and
+    verdict. Each pending claim (``family/method``, no results yet) enters both corrections with p =
+    PENDING_P: m counts it, it takes the last ranks and is never rejected."""
     rows = []
     for family in families:
         for claim in family.claims:
@@ -337,15 +354,22 @@ def judge(families: list[Family], alpha: float = ALPHA, holm_family: list[str] |
                          "test": main["test"], "flip": main["flip"], "interval": main["interval"],
                          "effect": effect, "effect_source": source, "twins": twin_arms(family, claim, margin)})
     if holm_family is not None:
-        check_holm_family(rows, holm_family, where)
+        check_holm_family(rows, holm_family, where, pending)
     tested = [i for i, r in enumerate(rows) if r["test"]["p"] is not None]
-    corrected = holm({i: rows[i]["test"]["p"] for i in tested}, alpha)
-    flips = holm({i: rows[i]["flip"]["p"] for i in tested}, alpha)
+    waiting = {("pending", c): PENDING_P for c in pending}  # after the tested claims: ties keep them last
+    corrected = holm({**{i: rows[i]["test"]["p"] for i in tested}, **waiting}, alpha)
+    flips = holm({**{i: rows[i]["flip"]["p"] for i in tested}, **waiting}, alpha)
     for i, row in enumerate(rows):
         row["holm"], row["flip_holm"] = corrected.get(i), flips.get(i)
         row["gates"] = gates(row["family"], row["claim"], len(corrected), alpha)
         row["verdict"], row["qualifier"], row["why"] = decide(row)
     return rows
+
+
+def confirms(exploratory: dict[str, Any], confirmatory: dict[str, Any]) -> bool:
+    """Whether a fresh-seed verdict confirms the exploratory one: the same decided kind (reproduced, opposite or
+    ruled out); a *t test only* qualifier on either side is not compared."""
+    return exploratory["verdict"] in DECIDED and confirmatory["verdict"] == exploratory["verdict"]
 
 
 def decide(row: dict[str, Any]) -> tuple[str, str, str]:
