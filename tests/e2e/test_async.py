@@ -128,9 +128,9 @@ def test_resume_regenerates_the_in_flight_batches_deterministically(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("setting,named", [("max_staleness=1", "max_staleness=1"), ("in_worker=true", "in_worker=true")])
+@pytest.mark.parametrize("setting", ["max_staleness=1", "in_worker=true"])
 def test_async_generation_with_the_policy_on_an_accelerator_is_refused_by_name_before_loading(
-        tmp_path, monkeypatch, setting, named):
+        tmp_path, monkeypatch, setting):
     """The generator process holds a CPU copy of the policy: with the policy on a GPU the trainer refuses
     it when it is built, before any model is loaded (here the accelerator's device says cuda:0)."""
     from types import SimpleNamespace
@@ -142,7 +142,7 @@ def test_async_generation_with_the_policy_on_an_accelerator_is_refused_by_name_b
     check_async_device(cfg, torch.device("cpu"))  # on the CPU it runs as it always did
     monkeypatch.setattr(trainer_module, "make_accelerator", lambda: SimpleNamespace(device=torch.device("cuda", 0)))
     monkeypatch.setattr(trainer_module, "build_model", lambda cfg: pytest.fail("a model was loaded before refusing"))
-    with pytest.raises(ConfigError, match=rf"rollout\.async_rollout\.{named} is not supported with the policy on "
+    with pytest.raises(ConfigError, match=rf"rollout\.async_rollout\.{setting} is not supported with the policy on "
                                           r"cuda:0") as err:
         Trainer(cfg)
     assert "rollout.async_rollout.max_staleness=0 and in_worker=false" in str(err.value)
