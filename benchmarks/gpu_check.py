@@ -19,8 +19,10 @@ with ``ok: false``, the reason and the tail of its output, and the next stage st
   batch (completions of T/10 .. T tokens) with packed, padding-free passes (``optim.packing=always``)
   against padded ones (``never``) from the same weights: the two updates must agree within bf16's
   rounding (``EXACT_RTOL``); also the seconds of a second update of each.
-- ``async_k1``: ``rollout.async_rollout.max_staleness=1`` (the generator worker process; it generates
-  on the CPU today, which the line records) and its seconds per step.
+- ``async_k1``: ``rollout.async_rollout.max_staleness=1`` (the generator worker process) and its
+  seconds per step on the CPU; on a GPU the trainer refuses it by name when it is built (the worker
+  holds a CPU copy of the policy: ``rlvr.train.async_check.check_async_device``), and the line
+  records the refusal (``refused``), ``ok`` when the message names ``rollout.async_rollout``.
 - ``bf16_gc``: plain one-process GRPO steps, bf16 + checkpointing (the reference step time).
 
 Optional stages (``--stages``): ``fp32``, ``lora``, ``bf16_gc_hf`` and ``trl_bf16_gc`` (TRL's
@@ -163,8 +165,14 @@ def _placement(trainer: Any) -> dict[str, Any]:
 
 def rlvr_worker(args: argparse.Namespace, stage: str, example: Path, out: Path) -> dict[str, Any]:
     """GRPO steps of rlvr's trainer in one process (``async_k1``: with its generator worker process)."""
+    from rlvr.train.config import ConfigError
     from rlvr.train.trainer import Trainer
-    trainer = Trainer(_config(args, stage, example, out))
+    try:
+        trainer = Trainer(_config(args, stage, example, out))
+    except ConfigError as err:  # async on an accelerator: refused by name when the trainer is built
+        if stage != "async_k1" or "rollout.async_rollout" not in str(err):
+            raise
+        return {"ok": True, "refused": str(err), "peak_memory_mb": round(_peak_memory_mb(), 1)}
     with trainer.collector.session():  # the generator process of rollout.async_rollout, if any
         result = timed_steps(trainer, args.steps)
     if trainer.cfg.rollout.async_rollout.enabled:

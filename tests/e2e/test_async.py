@@ -126,3 +126,24 @@ def test_resume_regenerates_the_in_flight_batches_deterministically(tmp_path):
     assert [(s, t.tolist()) for s, t in one.seen] == [(s, t.tolist()) for s, t in two.seen]
     a, b = weights(one.policy), weights(two.policy)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("setting", ["max_staleness=1", "in_worker=true"])
+def test_async_generation_with_the_policy_on_an_accelerator_is_refused_by_name_before_loading(
+        tmp_path, monkeypatch, setting):
+    """The generator process holds a CPU copy of the policy: with the policy on a GPU the trainer refuses
+    it when it is built, before any model is loaded (here the accelerator's device says cuda:0)."""
+    from types import SimpleNamespace
+
+    import rlvr.train.trainer as trainer_module
+    from rlvr.train.async_check import check_async_device
+    from rlvr.train.config import ConfigError
+    cfg = tiny_config(str(tmp_path), [f"rollout.async_rollout.{setting}", *ASYNC])
+    check_async_device(cfg, torch.device("cpu"))  # on the CPU it runs as it always did
+    monkeypatch.setattr(trainer_module, "make_accelerator", lambda: SimpleNamespace(device=torch.device("cuda", 0)))
+    monkeypatch.setattr(trainer_module, "build_model", lambda cfg: pytest.fail("a model was loaded before refusing"))
+    with pytest.raises(ConfigError, match=rf"rollout\.async_rollout\.{setting} is not supported with the policy on "
+                                          r"cuda:0") as err:
+        Trainer(cfg)
+    assert "rollout.async_rollout.max_staleness=0 and in_worker=false" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -3,6 +3,7 @@ the attention kernel, gradient checkpointing (same loss and gradients, fewer sav
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -192,3 +193,50 @@ def test_a_half_precision_checkpoint_trains_float32_master_weights_unless_asked_
     lora = Trainer(tiny_config(tmp_path / "lora", [f"model.path={path}", "model.lora={r: 4, alpha: 8}"]))
     frozen = [p for p in lora.policy.parameters() if not p.requires_grad]
     assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)  # a frozen LoRA base stays as saved
+
+
+def _update_metrics(trainer: Trainer) -> dict[str, float]:
+    batch = fixed_global_batch(trainer.policy.config.vocab_size)
+    batch.advantages = trainer.parts.advantage(AdvantageInputs(
+        rewards=batch.rewards, mask=batch.completion_mask, group_ids=batch.group_ids)).advantages
+    if trainer.cfg.algorithm.kl_coef > 0:  # the KL term's reference log-probs (N, T), as train_step makes them
+        batch.ref_logprobs = trainer.scorer(batch, trainer.ref_model)[0]
+    return trainer.update(batch)
+
+
+@pytest.mark.parametrize("setting", [["model.lora={r: 4, alpha: 8}"], ["algorithm.kl_coef=0.1"]])
+def test_mixed_precision_holds_frozen_weights_in_bf16_and_the_update_is_unchanged(tmp_path, monkeypatch, setting):
+    """A LoRA base (and with it the adapter-off reference) and a full fine-tuning run's KL reference hold
+    their frozen Linear weights in bf16: bytes down by 2 per value, the update bit for bit the one of the
+    float32 frozen weights (autocast rounds them to bf16 at every Linear call anyway: tolerance 0)."""
+    overrides = ["run.mixed_precision=bf16", "optim.grad_clip=0", *setting]
+    held = Trainer(tiny_config(tmp_path / "held", overrides))
+    with monkeypatch.context() as m:
+        m.setattr("rlvr.train.trainer.hold_frozen", lambda model, cfg: 0)  # the frozen weights before: float32
+        plain = Trainer(tiny_config(tmp_path / "plain", overrides))
+    lora = "model.lora" in setting[0]
+    frozen = held.policy if lora else held.ref_model
+    frozen_plain = plain.policy if lora else plain.ref_model
+
+    def frozen_bytes(model):
+        return sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
+    assert held.held_bytes > 0 and frozen_bytes(frozen) == frozen_bytes(frozen_plain) - held.held_bytes
+    assert held.held_bytes == 2 * sum(p.numel() for p in frozen.parameters() if p.dtype == torch.bfloat16)
+    assert all(p.dtype == torch.float32 for p in held.policy.parameters() if p.requires_grad)
+    assert all(p.dtype == torch.float32 for p in frozen_plain.parameters())
+    got, want = _update_metrics(held), _update_metrics(plain)
+    assert math.isfinite(got["loss/total"]) and got["loss/total"] == want["loss/total"]
+    assert 0 < got["optim/grad_norm"] == want["optim/grad_norm"] and got.get("loss/kl") == want.get("loss/kl")
+    after, after_plain = dict(held.policy.named_parameters()), dict(plain.policy.named_parameters())
+    assert all(torch.equal(p, after_plain[k]) for k, p in after.items() if p.requires_grad)
+
+
+def test_a_held_lora_base_exports_float32(tmp_path):
+    from safetensors.torch import load_file
+    from rlvr.models.export import export_policy
+    trainer = Trainer(tiny_config(tmp_path, ["run.mixed_precision=bf16", "model.lora={r: 4, alpha: 8}"]))
+    assert trainer.held_bytes > 0
+    out = export_policy(trainer.policy, trainer.tokenizer, tmp_path / "final")
+    saved = load_file(str(out / "model.safetensors"))
+    assert saved and all(t.dtype == torch.float32 for t in saved.values())
+    assert any(t.dtype == torch.bfloat16 for t in trainer.policy.parameters())  # the run's own copy untouched

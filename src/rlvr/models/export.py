@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from rlvr.models.held import release_held
 from rlvr.models.lora import is_lora, reference_of
 
 # transformers 5 writes "TokenizersBackend", a class older transformers (and so vLLM builds pinned to
@@ -41,7 +42,9 @@ def export_policy(model: torch.nn.Module, tokenizer: Any, out: str | Path) -> Pa
         lora = is_lora(inner)
         if lora:
             inner.save_pretrained(str(tmp / "adapter"))
-            inner = copy.deepcopy(inner).merge_and_unload()
+            inner = copy.deepcopy(inner)
+            release_held(inner)  # a base held in bf16 (run.mixed_precision) merges and saves as float32
+            inner = inner.merge_and_unload()
         inner.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         _portable_tokenizer_config(tmp / "tokenizer_config.json")

@@ -102,19 +102,47 @@ def reference_of(policy: torch.nn.Module) -> AdapterDisabled:
     return AdapterDisabled(policy)
 
 
-def named_merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+MERGE_CHUNK = 1 << 20  # elements of float32 work per slice of a merged weight (4 MB)
+
+
+def named_merged_weights(model: torch.nn.Module,
+                         dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in the base model's Hugging Face naming with the adapter merged in
-    (``W + (alpha/r) B A``): what a weight sync to vLLM sends. One tensor at a time: each adapted
-    weight's delta is made only when its turn comes, so a consumer that keeps nothing holds one merged
-    tensor, never a copy of every adapted weight at once."""
+    (``W + (alpha/r) B A``), each cast to ``dtype`` (None: the weight's own): what a weight sync to an
+    engine sends. A stream: each merged weight is made when its turn comes, straight into one tensor of
+    ``dtype`` (:func:`merged_weight`), so a consumer that keeps nothing holds at most one merged tensor
+    and a slice of float32 work; an unadapted weight already in ``dtype`` is sent as it is (no copy)."""
     base = getattr(model, "module", model).get_base_model()
     adapted = {f"{name}.base_layer.weight": module for name, module in base.named_modules()
                if hasattr(module, "get_delta_weight") and module.active_adapters[0] in getattr(module, "lora_A", {})}
     for key, tensor in base.state_dict().items():
         if ".lora_" in key:
             continue
-        value = tensor.detach()
-        module = adapted.get(key)
-        if module is not None:
-            value = value + module.get_delta_weight(module.active_adapters[0]).to(value.dtype)
-        yield key.replace(".base_layer.", "."), value
+        module = adapted.get(key)  # no local keeps a sent tensor: the consumer's reference is the last one
+        yield key.replace(".base_layer.", "."), (tensor.detach().to(dtype or tensor.dtype) if module is None
+                                                 else merged_weight(module, dtype or tensor.dtype))
+
+
+def merged_weight(module: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor:
+    """``W + s B A`` of one peft LoRA layer as a new tensor of ``dtype``. A plain LoRA ``Linear`` is
+    merged a slice of rows at a time in float32 (or the adapter's wider dtype): ``(B[rows] @ A) * s + W[rows]``,
+    peft's own operations in peft's order, so a float32 result equals ``W + get_delta_weight()`` and a
+    narrower one is that value rounded once. Other layers (DoRA, embeddings, convolutions) take peft's
+    ``get_delta_weight`` whole."""
+    name = module.active_adapters[0]
+    weight = module.base_layer.weight.detach()  # (out, in); (in, out) with fan_in_fan_out
+    a, b = module.lora_A[name].weight.detach(), module.lora_B[name].weight.detach()  # (r, in), (out, r)
+    if type(module).__name__ != "Linear" or module.use_dora.get(name) or weight.dim() != 2:
+        return (weight + module.get_delta_weight(name).to(weight.dtype)).to(dtype)
+    work = torch.promote_types(weight.dtype, b.dtype)
+    a, b, scale = a.to(work), b.to(work), module.scaling[name]
+    out = torch.empty(weight.shape, dtype=dtype, device=weight.device)
+    step = max(1, MERGE_CHUNK // weight.shape[1])
+    for start in range(0, weight.shape[0], step):
+        rows = slice(start, start + step)
+        if module.fan_in_fan_out:  # W stored transposed: its rows are columns of B A
+            delta = (b @ a[:, rows]).T * scale  # (rows, out)
+        else:
+            delta = (b[rows] @ a) * scale  # (rows, in)
+        out[rows] = delta.add_(weight[rows])
+    return out

@@ -16,6 +16,12 @@ would treat lagged rows as on-policy. Two corrections are accepted:
 The generator process runs only samplers and engines whose class sets ``runs_in_worker``. The rules
 read these traits through the registry; no plug-in name is listed here.
 Everything else is refused with one line naming the fix.
+
+Where the policy lives on an accelerator (a CUDA GPU, or any device but the CPU), asynchronous
+generation is refused when the trainer is built (:func:`check_async_device`): the generator process
+holds a CPU copy of the policy with ``generator_threads`` threads and takes its weights over gloo
+through host memory, so on a GPU machine it would turn GPU rollouts into CPU rollouts. A worker on a
+device of its own (a second GPU, NCCL or CUDA-IPC sync) is not built.
 """
 
 from __future__ import annotations
@@ -81,3 +87,17 @@ def _trait(cls: type, trait: str) -> bool:
 def _with(kind: str, trait: str, sep: str = " | ") -> str:
     """The registered names of ``kind`` whose class sets ``trait`` (for the messages)."""
     return sep.join(n for n in names(kind) if _trait(get(kind, n), trait))
+
+
+def check_async_device(cfg: Any, device: Any) -> None:
+    """Raise ``ValueError`` when ``rollout.async_rollout`` asks for the generator process while the
+    policy lives on ``device`` other than the CPU (the worker would generate on the CPU)."""
+    a = cfg.rollout.async_rollout
+    if not a.enabled or device.type == "cpu":
+        return
+    setting = f"max_staleness={a.max_staleness}" if a.max_staleness else "in_worker=true"
+    raise ValueError(f"rollout.async_rollout.{setting} is not supported with the policy on {device}: the generator "
+                     f"process holds a CPU copy of the policy ({a.generator_threads} thread(s)) and takes weights "
+                     f"over gloo, so {device.type} rollouts would become CPU rollouts; set "
+                     f"rollout.async_rollout.max_staleness=0 and in_worker=false to generate on {device.type} in "
+                     f"the trainer, or generate with vLLM (rollout.engine=vllm, or vllm_server on GPUs of its own)")

@@ -198,7 +198,9 @@ def end_step(loop: TrainingLoop, metrics: dict[str, float], sampled: int, starte
     metrics.update(step_memory())
     run = loop.cfg.run
     if eval_fn is not None and run.eval_every and loop.step % run.eval_every == 0 and loop.evaluates_here():
-        evaluation = eval_fn(loop.policy, loop.step)
+        from rlvr.rollout.engines.base import generation_phase  # lazy: loop.py stays light to import
+        with generation_phase():  # one wake/sleep of a sleeping engine for the whole evaluation
+            evaluation = eval_fn(loop.policy, loop.step)
         metrics.update(evaluation)
         loop.callbacks.evaluate(loop, loop.step, evaluation)
     logger.log(loop.step, metrics)

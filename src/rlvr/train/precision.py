@@ -3,8 +3,10 @@
 - ``model.dtype``: the parameters' dtype at load (``auto`` keeps the checkpoint's own, but a half-precision
   checkpoint trained in full gets float32 master weights, ``master_dtype``).
 - ``run.mixed_precision``: ``bf16`` / ``fp16`` autocast around the policy's forward passes while the
-  parameters, gradients and AdamW state stay float32 (the master weights); ``fp16`` adds a gradient
-  scaler, since fp16 gradients underflow without one.
+  trained parameters, gradients and AdamW state stay float32 (the master weights); ``fp16`` adds a
+  gradient scaler, since fp16 gradients underflow without one. Frozen ``Linear`` weights (a LoRA
+  policy's base, a full fine-tuning run's KL reference) are stored in the autocast dtype
+  (``hold_frozen``, :mod:`rlvr.models.held`), which autocast would round them to at every call anyway.
 - ``model.attn_implementation`` and ``model.gradient_checkpointing`` (non-reentrant; Hugging Face
   models only recompute in training mode, so generation with the KV cache is unaffected). Where passes
   may be packed (``optim.packing`` auto or always), sdpa runs as row-wise sdpa
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from rlvr.models.held import hold_frozen_linears
 from rlvr.notice import notice
 from rlvr.train.config import Config, ConfigError
 
@@ -60,6 +63,15 @@ def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
+
+
+def hold_frozen(model: torch.nn.Module, cfg: Config) -> int:
+    """Under ``run.mixed_precision``, ``model``'s frozen ``Linear`` weights (a LoRA policy's base, a frozen
+    reference) stored in the autocast dtype (:mod:`rlvr.models.held`): bit for bit the same autocast
+    passes at half the bytes; trainable parameters stay float32. Returns the bytes freed (0 without
+    mixed precision)."""
+    mixed = cfg.run.mixed_precision
+    return 0 if mixed == "no" else hold_frozen_linears(model, AUTOCAST[mixed])
 
 
 def master_dtype(model: torch.nn.Module, cfg: Config, dtype: torch.dtype | str) -> torch.dtype | str:

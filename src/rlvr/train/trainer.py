@@ -30,12 +30,14 @@ from rlvr.losses.objective import NonFiniteLossError
 from rlvr.models import render_prompt
 from rlvr.models.lora import add_lora, base_state_dict, is_lora, reference_of
 from rlvr.rewards.functions import objective_weights
+from rlvr.rollout.engines.base import generation_phase
 from rlvr.rollout.warm_start import warm_start_by
 from rlvr.sandbox.pool import uses_pool, verifier_pool
 from rlvr.train import deepspeed_backend as ds
 from rlvr.train.build import build_model, build_optimizer, build_pipeline
 from rlvr.train.callbacks import run_callbacks
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint, save_weights
+from rlvr.train.async_check import check_async_device
 from rlvr.train.async_collect import AsyncCollector
 from rlvr.train.collect import Collector, StepCollector
 from rlvr.train.config import Config, ConfigError, write_config
@@ -46,7 +48,7 @@ from rlvr.train.memory import bound_kernel_caches
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.movement import Movement
 from rlvr.train.pipeline import Pipeline
-from rlvr.train.precision import autocast, configure_policy, grad_scaler
+from rlvr.train.precision import autocast, configure_policy, grad_scaler, hold_frozen
 from rlvr.train.sharding import Sharding, make_accelerator
 from rlvr.train.truncation import eos_token_ids, mask_truncated
 from rlvr.train.scorer import Scorer
@@ -73,7 +75,12 @@ class Trainer:
             torch.set_num_threads(cfg.run.threads)
         # On a machine without GPUs accelerate only goes multi-process (gloo) when told cpu=True.
         self.acc = accelerator or make_accelerator()
+        try:  # before any loading: the generator process holds a CPU copy, refused on an accelerator
+            check_async_device(cfg, self.acc.device)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         self.sharding = Sharding(self.acc)  # one process, DDP, FSDP2 or DeepSpeed: what differs lives there
+        self.held_bytes = 0  # frozen weights stored in the compute dtype instead of float32 (_hold)
         ds.check_supported(self.acc, cfg)
         self.run_dir = Path(cfg.run.out_dir)
         self.parts = build_pipeline(cfg) if parts is None else parts  # fails fast on unknown plug-ins or keys
@@ -90,6 +97,8 @@ class Trainer:
         model.zero_grad(set_to_none=True)  # gradients a warm start left would join the first step's
         if cfg.model.lora is not None and not is_lora(model):
             model = add_lora(model, cfg.model.lora, seed=cfg.run.training_seed)
+        if is_lora(model):  # the frozen base (and so the reference, its adapter-off view) in the compute dtype
+            self.held_bytes = self._hold(model)
         self.ref_model, self._ref_on_disk = self._reference(model, base_from_path=built and bool(cfg.model.path))
         optimizer, self.scheduler = build_optimizer(cfg, model)
         if ds.active(self.acc):
@@ -175,7 +184,8 @@ class Trainer:
         model = self.policy
         model.eval()
         # select → rollout → verify → shape → refine: this rank's batch (the Collector times each stage)
-        with torch.no_grad(), autocast(self.cfg, self.acc.device):
+        # one generation phase: an engine with sleep mode wakes once for the step and sleeps once after
+        with torch.no_grad(), autocast(self.cfg, self.acc.device), generation_phase():
             batch, metrics = self.collector.collect(model, self.step, self._rollouts_left())
         warm = self.critic is not None and self.critic.warming_up(self.step)  # only the critic trains
         with self.timer("advantage"):  # values, the estimator (or the collector's), the selector's row weights
@@ -377,12 +387,17 @@ class Trainer:
         needs_ref = self.cfg.algorithm.kl_coef > 0 or self.parts.sampler.needs_reference
         return (self._frozen_copy(model), True) if needs_ref else (None, False)
 
-    @staticmethod
-    def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    def _frozen_copy(self, model: torch.nn.Module) -> torch.nn.Module:
         ref = copy.deepcopy(model).eval()
         for p in ref.parameters():
             p.requires_grad_(False)
+        self.held_bytes = self._hold(ref)
         return ref
+
+    def _hold(self, model: torch.nn.Module) -> int:
+        """Frozen ``Linear`` weights in the compute dtype under mixed precision (``hold_frozen``), except
+        under DeepSpeed, whose engine owns the dtypes of what it wraps. Returns the bytes freed."""
+        return 0 if ds.active(self.acc) else hold_frozen(model, self.cfg)
 
 
 def _advantage_metrics(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -123,7 +123,7 @@ def test_weights_change_detection_and_loading():
     runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda w: received.extend(w)))
     llm = SimpleNamespace(llm_engine=SimpleNamespace(model_executor=SimpleNamespace(
         driver_worker=SimpleNamespace(model_runner=runner))))
-    load_into_vllm(llm, model.state_dict().items())
+    load_into_vllm(llm, model.state_dict().items)  # a fresh stream of (name, tensor) per try
     assert [name for name, _ in received] == ["weight", "bias"]
     assert sync_weights(model) is False  # no engine was built for this model
 

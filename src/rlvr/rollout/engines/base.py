@@ -13,8 +13,9 @@ from __future__ import annotations
 import inspect
 import weakref
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import torch
 from torch import Tensor
@@ -80,6 +81,40 @@ class Engine(ABC):
     @abstractmethod
     def decode(self, model: PreTrainedModel, request: DecodeRequest) -> tuple[Tensor, Tensor]:
         """Tokens (N, T) and their log-probs (N, T) for ``request``; every engine implements it."""
+
+    def release(self) -> None:
+        """Give back what the engine holds only while it generates (vLLM's sleep mode); an engine
+        calls :func:`release_after` at the end of ``decode``, which calls this now or at the end of the
+        open :func:`generation_phase`. Nothing by default."""
+
+
+_PHASES: list[dict[int, Engine]] = []  # the open generation phase's engines waiting to release
+
+
+@contextmanager
+def generation_phase() -> Iterator[None]:
+    """One step's generation as one phase: an engine that releases its memory between calls (vLLM's
+    sleep mode) keeps it through every call inside (micro-batches, refill rounds, samplers' extra
+    generations) and releases once when the phase ends, errors included. The trainer opens one around
+    a step's collection; a phase inside a phase joins the outer one. Outside any phase an engine
+    releases after each call, as a lone ``generate`` needs."""
+    if _PHASES:
+        yield
+        return
+    _PHASES.append({})
+    try:
+        yield
+    finally:
+        for engine in _PHASES.pop().values():
+            engine.release()
+
+
+def release_after(engine: Engine) -> None:
+    """End of a ``decode``: release ``engine`` now, or at the end of the open generation phase."""
+    if _PHASES:
+        _PHASES[-1][id(engine)] = engine
+    else:
+        engine.release()
 
 
 def engine_class(name: str) -> type:

