@@ -28,7 +28,10 @@ def test_zero_update_equals_single_process(tmp_path, stage, mode):
     assert two[0]["world"] == 2 and one["backend"] == "single"
     assert_same_loss(two[0]["loss"], one["loss"])
     assert abs(one["loss"]) > 1e-3
-    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    if stage == 2:  # whole parameters on every rank
+        assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    else:  # ZeRO-3 gathers the full weights into the main process only (one module at a time)
+        assert two[1]["flat"] == [] and len(two[0]["flat"]) == len(one["flat"])
     assert_same_update(two[0]["flat"], one["flat"], one["init"])
 
 
