@@ -19,9 +19,10 @@ from safetensors.torch import load_file
 from rlvr.models.real import make_example
 from rlvr.train.build import build_model
 from tests.e2e.shared_load_worker import facts, held_tensors
-from tests.e2e.test_distributed import ROOT
+from tests.e2e.test_distributed import ROOT, _max_diff, _run
 from tests.e2e.test_multinode import free_port
 from tests.helpers.tiny import tiny_config
+from tests.helpers.tolerance import assert_same_loss, assert_same_update
 
 
 def _launch(model: Path, other: Path, out: Path) -> subprocess.CompletedProcess:
@@ -62,3 +63,17 @@ def test_a_failed_load_on_rank_0_fails_every_rank_instead_of_leaving_them_waitin
     assert proc.returncode != 0
     assert "the main process could not load model.path" in proc.stdout + proc.stderr  # rank 1's error
     assert not (tmp_path / "out").exists()
+
+
+def test_ddp_update_from_a_checkpoint_equals_one_process(tmp_path):
+    """Through the Trainer under torchrun (DDP): rank 1 receives the checkpoint, and the update of the
+    same global batch equals one process's (tests/e2e/test_distributed.py's fixed batch)."""
+    model = make_example(tmp_path / "example", size="tiny", problems=16)["model"]
+    extra = [f"model.path={model}", "rollout.max_new_tokens=6"]
+    two = _run(["fixed"], tmp_path / "two", 2, overrides=extra)
+    one = _run(["fixed"], tmp_path / "one", 1, overrides=extra)[0]
+    assert two[0]["backend"] == "ddp" and one["backend"] == "single"
+    assert two[0]["init"] == two[1]["init"] == one["init"]  # the same weights before the update, on every rank
+    assert_same_loss(two[0]["loss"], one["loss"])
+    assert _max_diff(two[0]["flat"], two[1]["flat"]) == 0.0
+    assert_same_update(two[0]["flat"], one["flat"], one["init"])
