@@ -9,8 +9,10 @@ weights before anything copies the model (the critic's backbone, a LoRA adapter'
 reference), so all of them agree on every rank by construction, whatever the backend does afterwards.
 
 What it saves: ranks other than 0 never open the checkpoint (one read of the files instead of one per
-GPU) and never hold the loader's transient copies; each still holds one whole copy of the model until
-the backend shards it (FSDP2's ``fully_shard``, ZeRO-3's partitioning), as before. Non-persistent
+process, for network filesystems and several nodes). Not memory on one machine: each rank still holds
+one whole copy of the model until the backend shards it (FSDP2's ``fully_shard``, ZeRO-3's
+partitioning), as before, and ranks that each loaded memory-mapped safetensors shared the page cache
+(docs/scaling.md gives the measurement). Non-persistent
 buffers (rotary ``inv_freq``) are sent too. Tied weights stay tied (one tensor per distinct parameter,
 set at every name that shares it). Collectives run on ``rlvr.collectives.collective_device`` (the GPU
 under NCCL: each tensor goes there for the broadcast and back to the host).
