@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from rlvr.models.real import make_example
 from rlvr.train.build import build_model
@@ -33,8 +34,11 @@ def _launch(model: Path, other: Path, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
-def test_rank_1_never_reads_the_checkpoint_and_holds_the_files_weights(tmp_path):
+@pytest.mark.parametrize("saved", ["float32", "bfloat16"])  # bfloat16: loaded as float32 master weights
+def test_rank_1_never_reads_the_checkpoint_and_holds_the_files_weights(tmp_path, saved):
     model = Path(make_example(tmp_path / "example", size="tiny", problems=16)["model"])
+    if saved != "float32":  # the same checkpoint written in another dtype
+        AutoModelForCausalLM.from_pretrained(str(model), dtype=getattr(torch, saved)).save_pretrained(str(model))
     other = tmp_path / "no_weights"
     shutil.copytree(model, other, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     assert not list(other.glob("*.safetensors")) and (other / "config.json").is_file()
@@ -45,11 +49,12 @@ def test_rank_1_never_reads_the_checkpoint_and_holds_the_files_weights(tmp_path)
     one, _ = build_model(tiny_config(tmp_path / "one", [f"model.path={model}"]))  # one process, the file
     alone, alone_facts = held_tensors(one), json.loads(json.dumps(facts(one)))
     on_file = load_file(str(model / "model.safetensors"))
+    assert {t.dtype for t in on_file.values()} == {getattr(torch, saved)}
     for rank in (0, 1):
         held = load_file(str(tmp_path / "out" / f"rank{rank}.safetensors"))
         assert held.keys() == alone.keys()
         assert all(torch.equal(held[k], alone[k]) and held[k].dtype == alone[k].dtype for k in alone)
-        assert all(torch.equal(held[k], on_file[k]) for k in on_file)  # exactly the file's weights
+        assert all(torch.equal(held[k], on_file[k].to(held[k].dtype)) for k in on_file)  # the file's weights
         assert json.loads((tmp_path / "out" / f"rank{rank}.json").read_text()) == alone_facts
     assert alone_facts["tied"]  # the example ties lm_head to the embeddings: rank 1 kept the tie
     assert any("inv_freq" in k for k in alone)  # a non-persistent buffer (not in the file) was sent too
