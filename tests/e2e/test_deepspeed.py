@@ -71,3 +71,21 @@ def test_zero3_saving_gathers_one_module_at_a_time_and_equals_the_previous_gathe
     assert main["keys"] == main["old_keys"] and main["equal"] and main["on_host"]
     assert main["old_peak"] == main["total"] and main["new_peak"] == main["largest"] < main["total"] / 3
     assert other["keys"] == [] and other["new_peak"] == main["new_peak"]
+
+
+@pytest.mark.parametrize(("stage", "mode"), [(2, "fixed"), (3, "minibatch")])
+def test_zero_update_from_a_checkpoint_equals_single_process(tmp_path, stage, mode):
+    """model.path under ZeRO: with ZeRO-2 rank 0 reads the checkpoint and rank 1 receives it
+    (rlvr.train.shared_load); with ZeRO-3 every rank calls transformers' loader, which builds the model
+    inside deepspeed.zero.Init and loads rank 0's values (``Sharding.loads_collectively``). The weights
+    before the update and the update equal one process's."""
+    from rlvr.models.real import make_example
+    model = make_example(tmp_path / "example", size="tiny", problems=16)["model"]
+    extra = [f"model.path={model}", "rollout.max_new_tokens=6"]
+    two = _run([mode], tmp_path / "two", 2, accelerate_config=f"configs/accelerate/zero{stage}.yaml",
+               overrides=extra)
+    one = _run([mode], tmp_path / "one", 1, overrides=extra)[0]
+    assert [r["backend"] for r in two] == [f"zero{stage}"] * 2
+    assert two[0]["init"] == one["init"]  # the checkpoint's weights (gathered from the shards under ZeRO-3)
+    assert_same_loss(two[0]["loss"], one["loss"])
+    assert_same_update(two[0]["flat"], one["flat"], one["init"])

@@ -91,6 +91,9 @@ class DeepSpeedSharding(Sharding):
         super().__init__(acc)
         self.stage = zero_stage(acc)
         self.sharded = self.stage == 3
+        # ZeRO-3: transformers builds the model inside deepspeed.zero.Init (each parameter partitioned as it
+        # is created) and loads rank 0's values through GatheredParameters(modifier_rank=0): every rank calls
+        self.loads_collectively = self.stage == 3
 
     @property
     def name(self) -> str:

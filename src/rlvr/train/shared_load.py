@@ -1,21 +1,23 @@
 """The policy's checkpoint read once per run, not once per process.
 
-In a data-parallel or sharded run (DDP, FSDP2, DeepSpeed ZeRO) only the main process (global rank 0)
+In a data-parallel or sharded run (DDP, FSDP2, DeepSpeed ZeRO-2) only the main process (global rank 0)
 reads ``model.path``. It sends the others a small manifest (the model's class and config, its
 generation config, and the name, shape and dtype of every distinct parameter and buffer); each other
 rank builds that architecture on the meta device (no memory, no weight file opened), then receives rank
 0's tensors one at a time, each materialised as it arrives. Every rank then holds exactly rank 0's
 weights before anything copies the model (the critic's backbone, a LoRA adapter's base, the KL
 reference), so all of them agree on every rank by construction, whatever the backend does afterwards.
+Under ZeRO-3 the loader is itself a collective (transformers loads inside ``deepspeed.zero.Init``), so
+the Trainer does not call this there (``Sharding.loads_collectively``).
 
 What it saves: ranks other than 0 never open the checkpoint (one read of the files instead of one per
 process, for network filesystems and several nodes). Not memory on one machine: each rank still holds
-one whole copy of the model until the backend shards it (FSDP2's ``fully_shard``, ZeRO-3's
-partitioning), as before, and ranks that each loaded memory-mapped safetensors shared the page cache
-(docs/scaling.md gives the measurement). Non-persistent
-buffers (rotary ``inv_freq``) are sent too. Tied weights stay tied (one tensor per distinct parameter,
-set at every name that shares it). Collectives run on ``rlvr.collectives.collective_device`` (the GPU
-under NCCL: each tensor goes there for the broadcast and back to the host).
+one whole copy of the model until the backend shards it (FSDP2's ``fully_shard``), as before, and ranks
+that each loaded memory-mapped safetensors shared the page cache (docs/scaling.md gives the
+measurement). Non-persistent buffers (rotary ``inv_freq``) are sent too. Tied weights stay tied (one
+tensor per distinct parameter, set at every name that shares it). Collectives run on
+``rlvr.collectives.collective_device`` (the GPU under NCCL: each tensor goes there for the broadcast and
+back to the host).
 """
 
 from __future__ import annotations
