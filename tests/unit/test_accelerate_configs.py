@@ -8,6 +8,7 @@ reduced in bf16 even under ``run.mixed_precision=no``, and "2 CPU ranks equal 1 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +51,14 @@ def test_every_accelerate_file_leaves_precision_to_rlvr(name):
 def test_precision_keys_finds_nested_keys():
     tree = {"mixed_precision": "no", "fsdp_config": {"fsdp_param_dtype": "bf16", "fsdp_version": 2}}
     assert precision_keys(tree) == {"mixed_precision": "no", "fsdp_config.fsdp_param_dtype": "bf16"}
+
+
+def test_the_scaling_doc_states_what_the_fsdp2_files_set():
+    """docs/scaling.md's FSDP2 paragraph names both files, quotes the precision they set, and (that being
+    'no', precision left to rlvr) says parameters, gradients and AdamW state stay float32."""
+    text = " ".join((CONFIGS.parents[1] / "docs" / "scaling.md").read_text().split())
+    fsdp2 = text[text.index("**Sharded training (FSDP2).**"):text.index("**DeepSpeed ZeRO-2/3.**")]
+    assert "configs/accelerate/fsdp2.yaml" in fsdp2 and "configs/accelerate/fsdp2_cpu.yaml" in fsdp2
+    stated = set(re.findall(r"accelerate's `mixed_precision: '?(\w+)'?`", fsdp2))
+    assert stated == {_load("fsdp2.yaml")["mixed_precision"], _load("fsdp2_cpu.yaml")["mixed_precision"]} == {"no"}
+    assert "parameters, gradients and AdamW state staying float32" in fsdp2

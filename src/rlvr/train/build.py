@@ -90,15 +90,22 @@ def build_pipeline(cfg: Config) -> Pipeline:
     )
 
 
-def build_model(cfg: Config) -> tuple[torch.nn.Module, Any]:
+def build_model(cfg: Config, acc: Any = None) -> tuple[torch.nn.Module, Any]:
     """The policy and tokenizer: a local checkpoint when ``model.path`` is set, else the tiny testbed
-    model; in the configured dtype, attention kernel and gradient checkpointing (``precision``)."""
+    model; in the configured dtype, attention kernel and gradient checkpointing (``precision``). With
+    the run's accelerator ``acc`` (every rank calls), only the main process reads the checkpoint and
+    the other ranks receive its weights (``rlvr.train.shared_load``)."""
     from rlvr.models import build_char_tokenizer, build_tiny_model, load_model, load_tokenizer
     from rlvr.train.precision import check_attention, configure_policy, load_dtype
+    from rlvr.train.shared_load import load_shared
     m = cfg.model
     if m.path:
         check_attention(m.attn_implementation)  # a missing kernel fails before loading
-        model = load_model(m.path, dtype=load_dtype(cfg), attn_implementation=m.attn_implementation)
+
+        def load() -> torch.nn.Module:
+            return load_model(m.path, dtype=load_dtype(cfg), attn_implementation=m.attn_implementation)
+
+        model = load() if acc is None else load_shared(acc, load)
         return configure_policy(model, cfg), load_tokenizer(m.path)
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden=m.hidden, layers=m.layers, heads=m.heads, seed=cfg.run.seed)

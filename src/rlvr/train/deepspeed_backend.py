@@ -15,7 +15,8 @@ from DeepSpeed.
   grad; it skips an update whose gradient norm is not finite) and returns its global gradient norm.
 - ``DeepSpeedSharding``: ZeRO-2 keeps whole parameters on every rank (nothing to line up); ZeRO-3
   shards them, so each forward is a collective and rlvr runs in lock-step as under FSDP2
-  (``sharded = True``); full weights are gathered for checkpoints. ZeRO's optimizer state stays
+  (``sharded = True``); checkpoints gather the full weights one module at a time into the main
+  process's host memory (``gathered_state``). ZeRO's optimizer state stays
   sharded: checkpoints hold none, and resume under DeepSpeed is refused.
 - Generation under ZeRO-3 still gathers per forward (``gathered`` is the base class's: nothing held
   whole, lock-step kept, FSDP2 gathers once per generate call). ``GatheredParameters`` alone is not
@@ -26,6 +27,8 @@ from DeepSpeed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -88,6 +91,9 @@ class DeepSpeedSharding(Sharding):
         super().__init__(acc)
         self.stage = zero_stage(acc)
         self.sharded = self.stage == 3
+        # ZeRO-3: transformers builds the model inside deepspeed.zero.Init (each parameter partitioned as it
+        # is created) and loads rank 0's values through GatheredParameters(modifier_rank=0): every rank calls
+        self.loads_collectively = self.stage == 3
 
     @property
     def name(self) -> str:
@@ -100,13 +106,12 @@ class DeepSpeedSharding(Sharding):
         return step(model)  # DeepSpeed clips (gradient_clipping) and steps its sharded optimizer
 
     def model_state(self, module: torch.nn.Module, names: set[str] | None = None) -> dict[str, torch.Tensor]:
-        """Full weights on every rank (ZeRO-3: gathered, every rank calls)."""
+        """The full weights as host copies on the main process (ZeRO-3: gathered one module at a time,
+        every rank calls; the other ranks get an empty dict, as under FSDP2)."""
         if not self.sharded:
             return super().model_state(module, names)
         from deepspeed.runtime.zero.partition_parameters import GatheredParameters
-        with GatheredParameters(list(module.parameters())):
-            state = {k: v.detach().clone() for k, v in module.state_dict().items() if names is None or k in names}
-        return state
+        return gathered_state(module, names, GatheredParameters, keep=self.acc.is_main_process)
 
     def optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         return None  # ZeRO's partitions; the checkpoint holds no optimizer state (resume is refused)
@@ -117,6 +122,27 @@ class DeepSpeedSharding(Sharding):
     def load_optimizer_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
                              state: dict[str, Any]) -> None:
         raise ConfigError("loading optimizer state into DeepSpeed is not supported (resume under DeepSpeed)")
+
+
+def gathered_state(module: torch.nn.Module, names: set[str] | None, gather: Callable[[list], Any],
+                   keep: bool) -> dict[str, torch.Tensor]:
+    """``module.state_dict()`` (only ``names`` when given) as host copies, one module's own parameters
+    gathered at a time: ``gather(params)`` (ZeRO-3's ``GatheredParameters``) holds them whole, their
+    entries are copied to the host when ``keep`` (the main process), and leaving the context releases
+    them before the next module's. Every rank must call (each gather is a collective); at most one
+    module's parameters are whole at once, where gathering ``module.parameters()`` held the whole model."""
+    entries = module.state_dict(keep_vars=True)
+    owners: dict[str, list[str]] = {}  # owning module's name -> its state-dict keys, in state-dict order
+    for key in entries:
+        if names is None or key in names:
+            owners.setdefault(key.rpartition(".")[0], []).append(key)
+    state: dict[str, torch.Tensor] = {}
+    for keys in owners.values():
+        params = [entries[k] for k in keys if isinstance(entries[k], torch.nn.Parameter)]
+        with gather(params) if params else nullcontext():  # buffers only: nothing to gather
+            if keep:
+                state.update({k: entries[k].detach().to("cpu", copy=True) for k in keys})
+    return state
 
 
 register_backend(DistributedType.DEEPSPEED, DeepSpeedSharding)

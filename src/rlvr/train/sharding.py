@@ -71,6 +71,9 @@ class Sharding:
     """One process or DDP: parameters are whole on every rank; nothing to gather or line up."""
 
     sharded = False
+    # True where the model loader is itself a collective (every rank must call it), so rank 0 cannot load
+    # alone and send (rlvr.train.shared_load): ZeRO-3, where transformers loads inside deepspeed.zero.Init.
+    loads_collectively = False
 
     def __new__(cls, acc: Accelerator) -> Sharding:
         if cls is Sharding:

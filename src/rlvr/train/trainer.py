@@ -87,7 +87,8 @@ class Trainer:
         torch.manual_seed(cfg.run.training_seed)
         built = model is None
         if built:
-            model, tokenizer = build_model(cfg)
+            # the main process reads model.path and the others receive it, unless loading is a collective
+            model, tokenizer = build_model(cfg, None if self.sharding.loads_collectively else self.acc)
         configure_policy(model, cfg)  # dtype, attention, checkpointing (also for a model passed in)
         fit_prompts(self.parts.task, tokenizer, context_length(model), cfg.rollout.max_new_tokens)
         self.tokenizer = tokenizer
