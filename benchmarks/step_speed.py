@@ -144,6 +144,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.micro_batch is None:
         args.micro_batch = DEFAULT_MICRO_BATCH.get(args.regime, 0)
     rows = args.prompts * args.group
+    if args.micro_batch >= rows:  # a micro-batch as large as the batch is the batch in one pass
+        args.micro_batch = 0
     if args.micro_batch and rows % args.micro_batch:
         p.error(f"--micro-batch {args.micro_batch} must divide prompts x group = {rows} (TRL accumulates whole "
                 "micro-batches)")

@@ -64,6 +64,9 @@ def test_the_smollm2_regime_runs_both_frameworks_and_reports_every_field(tiny_ch
     assert rl["rollout.max_new_tokens"] == trl["max_completion_length"] == 6
     assert rl["optim.lr"] == trl["learning_rate"] and rl["optim.grad_clip"] == trl["max_grad_norm"]
     assert rl["algorithm.kl_coef"] == trl["beta"] == 0.0 and trl["shuffle_dataset"] is False
+    # 4 rows, below the default micro-batch of 16: one pass of the whole batch in both
+    assert rl["optim.micro_batch_size"] == 0 and trl["per_device_train_batch_size"] == 4
+    assert trl["gradient_accumulation_steps"] == 1
     fast = out["rlvr"]["fast_paths"]  # read while rlvr ran: the tiny Llama takes every fast path
     assert fast["attention"] == "rlvr_rowwise_sdpa" and fast["decoder"] == ["LeanDecoder"]
     assert fast["lean_refusals"] == []
@@ -101,3 +104,16 @@ def test_the_smollm2_regime_refuses_a_folder_that_is_not_a_chat_model(tmp_path, 
         bench.parse_args(["--regime", "smollm2", "--model", str(plain)])
     assert "its tokenizer has no chat template" in capsys.readouterr().err
     assert bench.parse_args(["--regime", "smollm2", "--model", tiny_chat_model]).max_new_tokens == 32
+
+
+def test_the_micro_batch_is_the_same_in_both_frameworks():
+    """--micro-batch N: rlvr's optim.micro_batch_size and TRL's per-device batch with the accumulation
+    that makes one optimizer step per generation batch; a size that does not divide the batch is refused."""
+    bench = _load_benchmark()
+    args = bench.parse_args(["--prompts", "8", "--group", "8", "--micro-batch", "16", "--only", "rlvr"])
+    args.result = "/tmp/x/result.json"
+    trl = bench.trl_settings(args)
+    assert args.micro_batch == 16 and trl["per_device_train_batch_size"] == 16
+    assert trl["gradient_accumulation_steps"] == 4
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--prompts", "8", "--group", "8", "--micro-batch", "24"])
