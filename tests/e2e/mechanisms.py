@@ -11,6 +11,7 @@ Mechanisms that cannot fire in 3 tiny steps are in ``NOT_IN_CI`` with the reason
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,15 +55,17 @@ def _tether_weight_follows_the_critic(rows: Rows, base: Rows) -> bool:
     critic beats the group baseline, so the baseline moves toward it). Later steps: w is the rule
     applied to that step's logged MSE_V and Var_grp (the critic was updated in between)."""
     var_rtol = sum_rtol(32)  # Var_grp: 16 squared errors summed + a few roundings each, in float32
-    w_atol = 4 * U32  # w from the logged float32 MSE_V, Var_grp: a sum with eps, a division, 1 − x, storage
     first = rows[0]
     if first["adv/tether_mse_v"] != 0.25 or abs(first["adv/tether_w"] - 7 / 16) > var_rtol:
         return False
-    for r in rows:
-        mse, var, w = r["adv/tether_mse_v"], r["adv/tether_var_grp"], r["adv/tether_w"]
-        if abs(var - 4 / 9) > var_rtol * 4 / 9 or abs(w - min(max(1 - mse / (var + 1e-8), 0.0), 1.0)) > w_atol:
-            return False
-    return True
+    return all(abs(r["adv/tether_var_grp"] - 4 / 9) <= var_rtol * 4 / 9 for r in rows) and tether_rule(rows, base)
+
+
+def tether_rule(rows: Rows, base: Rows) -> bool:
+    """TETHER's w is clip(1 − MSE_V/Var_grp, 0, 1) of each step's logged MSE_V and Var_grp, on every step."""
+    w_atol = 4 * U32  # w from the logged float32 MSE_V, Var_grp: a sum with eps, a division, 1 − x, storage
+    return all(abs(r["adv/tether_w"] - min(max(1 - r["adv/tether_mse_v"] / (r["adv/tether_var_grp"] + 1e-8), 0.0),
+                                             1.0)) <= w_atol for r in rows)
 
 
 EVERY_ROW = "optim.skip_zero_rows=false"  # the update computes every row (loss/entropy over all of them)
@@ -213,4 +216,37 @@ MECHANISMS: dict[str, list[Check]] = {
 NOT_IN_CI = {
     "chess_rl": "an untrained model never writes a legal move; the preset's 300-step chess warm start takes minutes "
                 "on a CPU (a longer run is quoted in the issue note)",
+}
+
+
+def _two_phases(rows: Rows, base: Rows) -> bool:
+    """GRPO steps (a loss, no ES update) and then ES steps (an ES update, no loss), in that order; an ES
+    step moves the weights."""
+    phase = ["es" if "es/update_norm" in r else "grpo" for r in rows]
+    k = phase.index("es") if "es" in phase else len(phase)
+    return 0 < k < len(rows) and all("loss/total" in r for r in rows[:k]) \
+        and all("loss/total" not in r for r in rows[k:]) and some(rows[k:], "es/update_norm")
+
+
+def _round_anchored_kl(rows: Rows, base: Rows) -> bool:
+    """Rounds of 2 steps: the KL reference is re-anchored on steps 1 and 3 (KL exactly 0 there) and the
+    policy has moved away from it by step 2 (KL > 0)."""
+    return col(rows, "lure/anchored")[:3] == [1.0, 0.0, 1.0] and rows[0]["loss/kl"] == 0.0 \
+        and rows[1]["loss/kl"] > 0.0 and rows[2]["loss/kl"] == 0.0
+
+
+# Presets the trainer test does not check: the loops (their own e2e tests assert these: tests/e2e/test_es.py,
+# test_hyper_es_progressive.py, test_lure.py) and chess_rl (NOT_IN_CI on the testbed); the real-model table
+# (benchmarks/every_method_smollm2.py) reads them.
+MORE_MECHANISMS: dict[str, list[Check]] = {
+    "es": [Check("sampled fitness varies across the population and the weights move",
+                 lambda r, b: some(r, "reward/std") and some(r, "es/update_norm"))],
+    "grpo_then_es": [Check("GRPO steps, then ES steps that move the weights", _two_phases)],
+    "hyper_es": [Check("LoRA directions trained, their merge coefficients searched",
+                       lambda r, b: some(r, "directions/norm_0") and some(r, "es/num_coefficients"))],
+    "progressive_rlvr": [Check("the TinyLoRA student distils the RL teacher: reverse KL measured, adapter moved",
+                               lambda r, b: all(math.isfinite(x["distill/reverse_kl"]) for x in r)
+                               and some(r, "adapter/abs_mean"))],
+    "lure": [Check("self-play with a KL anchored at each round's start", _round_anchored_kl)],
+    "chess_rl": [Check("legal moves written", lambda r, b: some(r, "reward/legal"))],
 }

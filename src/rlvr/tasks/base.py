@@ -40,6 +40,8 @@ class Task(Plugin, ABC):
     # A time limit guards ``verify`` unless a task declares its checks bounded (the synthetic ones do).
     needs_timeout: ClassVar[bool] = True
     has_step_oracle: ClassVar[bool] = False  # True when ``check_steps`` can judge reasoning steps
+    # Why this task needs the tiny testbed model (a run with model.path set refuses it at validation); "" = any.
+    testbed_only: ClassVar[str] = ""
 
     @property
     def name(self) -> str:

@@ -61,6 +61,10 @@ class ChessPuzzles(Task):
 
     Config = ChessPuzzlesConfig
     needs_timeout = False  # bounded move generation on small boards
+    testbed_only = ("its prompt is a bare position ('Kg6 Qf7 kg8 w:') that asks for nothing, and a reply scores "
+                    "only with a move after '>', the form the preset's supervised warm start teaches; rlvr "
+                    "warm-starts only the testbed model (a model.path run skips warm_start), so a pretrained "
+                    "model would score 0 on every completion")
     max_new_tokens = 48
 
     def sample(self, rng: random.Random) -> Problem:

@@ -50,6 +50,10 @@ class ReasoningGymConfig(TaskConfig):
                                              "last_number (the last number written)")
     partial_credit: bool = param(False, "reward = reasoning-gym's raw score (partial credit for near misses; "
                                         "can be gamed) instead of 1 only for a full score")
+    instruction: str = param("", "one more line for every prompt, after the answer-form line (e.g. asking for a "
+                                 "stated confidence, 'conf: 0.8', for c3rl); '' = none")
+    strip_confidence: bool = param(True, "drop a stated confidence ('conf: 0.8', C3RL's form) before reading the "
+                                         "answer, as the dataset task's verifiers do")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -111,7 +115,8 @@ class ReasoningGym(Task):
         """Entry ``index`` as a Problem (generated once)."""
         if index not in self._entries:
             entry = self.data()[index]
-            self._entries[index] = entry_problem(entry, index, self.config.answer_format, self.name)
+            self._entries[index] = entry_problem(entry, index, self.config.answer_format, self.name,
+                                                 self.config.instruction)
         return self._entries[index]
 
     def problems(self, n: int, seed: int, split: str = "train") -> list[Problem]:
@@ -137,7 +142,9 @@ class ReasoningGym(Task):
         return self.problem(rng.randrange(self.config.size))
 
     def verify(self, problem: Problem, completion: str) -> Score:
-        reply = extract_reply(completion, self.config.answer_format)
+        from rlvr.rewards.answer import strip_confidence
+        text = strip_confidence(completion) if self.config.strip_confidence else completion
+        reply = extract_reply(text, self.config.answer_format)
         if reply is None:
             return Score(0.0, None, {"reason": f"no answer in the {self.config.answer_format} form"})
         entry = problem.meta.get("rg_entry")
@@ -163,10 +170,14 @@ class ReasoningGym(Task):
         return problem.solution
 
 
-def entry_problem(entry: dict[str, Any], index: int, answer_format: str, task_name: str) -> Problem:
-    """A reasoning-gym entry as a Problem: the question with the answer-form line, the gold answer
-    (None when the dataset has none) and, as the solution, that answer written in the asked form."""
+def entry_problem(entry: dict[str, Any], index: int, answer_format: str, task_name: str,
+                  instruction: str = "") -> Problem:
+    """A reasoning-gym entry as a Problem: the question with the answer-form line (and ``instruction``,
+    a line of its own), the gold answer (None when the dataset has none) and, as the solution, that answer
+    written in the asked form."""
     prompt = f"{entry['question'].strip()}\n\n{INSTRUCTIONS[answer_format]}"
+    if instruction:
+        prompt += f"\n{instruction}"
     gold = entry.get("answer")
     answer = None if gold is None else str(gold)
     solution = None if answer is None else wrap_reply(answer, answer_format)

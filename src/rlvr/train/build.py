@@ -39,6 +39,9 @@ def _config_value(cfg: Config, path: str) -> Any:
 def build_task(cfg: Config) -> Any:
     """The task, probed once so a bad dataset (missing file or column) fails before any work."""
     task = build_plugin("task", PluginSpec(cfg.task.name, cfg.task.params))
+    testbed_only = getattr(task, "testbed_only", "")  # what it needs of the tiny testbed model, if anything
+    if cfg.model.path and testbed_only:
+        raise ConfigError(f"task '{cfg.task.name}' cannot run on model.path={cfg.model.path}: {testbed_only}")
     task.problems(1, seed=0)
     return task
 
@@ -62,10 +65,15 @@ def build_pipeline(cfg: Config) -> Pipeline:
         try:
             teacher = build_teacher(algo.teacher.name, algo.teacher.params, task=task)
         except (RegistryError, TypeError, ValueError) as err:
-            raise ConfigError(f"algorithm.teacher: {err}") from err
+            raise ConfigError(f"algorithm.advantage '{algo.advantage.name}' ({advantage.paper}) needs the first "
+                              f"mistakes algorithm.teacher finds: {err}") from err
     if getattr(advantage, "needs_values", False) and not cfg.critic.enabled:
         raise ConfigError(f"algorithm.advantage '{algo.advantage.name}' reads critic values; set critic.enabled=true")
     sampler = build_plugin("sampler", cfg.rollout.sampler)
+    testbed_only = getattr(sampler, "testbed_only", "")  # what it needs of the tiny testbed model, if anything
+    if cfg.model.path and testbed_only:
+        raise ConfigError(f"rollout.sampler '{cfg.rollout.sampler.name}' ({sampler.paper}) cannot run on "
+                          f"model.path={cfg.model.path}: {testbed_only}")
     objective = build_objective(cfg)
     if sampler.produces_off_policy and not objective.policy_loss.handles_off_policy:
         raise ConfigError(f"rollout.sampler '{cfg.rollout.sampler.name}' trains tokens from another policy or "

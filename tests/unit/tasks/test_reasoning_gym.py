@@ -140,6 +140,18 @@ def test_other_answer_forms(answer_format, reply):
     assert extract_reply("<answer> x </answer> <answer>y</answer>", "answer_tag") == "y"
 
 
+def test_an_extra_instruction_line_and_a_stated_confidence():
+    plain = task_for("basic_arithmetic", answer_format="last_number")
+    ask = "Then state your confidence as conf: a number from 0 to 1."
+    task = task_for("basic_arithmetic", answer_format="last_number", instruction=ask)
+    p, q = plain.problem(0), task.problem(0)
+    assert q.prompt == f"{p.prompt}\n{ask}" and q.answer == p.answer and q.uid != p.uid  # a new prompt, same gold
+    stated = f"I get {p.answer}. conf: 0.75"  # the last number written is the confidence
+    assert task.verify(q, stated).value == 1.0 and task.verify(q, stated).parsed == str(p.answer)
+    raw = task_for("basic_arithmetic", answer_format="last_number", strip_confidence=False)
+    assert raw.verify(p, stated).value == 0.0 and raw.verify(p, stated).parsed == "0.75"
+
+
 def test_splits_by_prompt_hash_and_cycle():
     task = build("task", "reasoning_gym", dataset="leg_counting", size=60, test_fraction=0.2)
     train = task.problems(200, seed=0)

@@ -69,6 +69,8 @@ class Sampler(Plugin, ABC):
     produces_off_policy: ClassVar[bool] = False  # trains tokens whose behaviour policy is not pi_old
     runs_in_worker: ClassVar[bool] = False  # needs nothing of the trainer's (verifier, reference): it may
     # run in the generator process of asynchronous generation (rollout.async_rollout)
+    testbed_only: ClassVar[str] = ""  # why this setting needs the tiny testbed model (and what to set
+    # instead with model.path): a run on a pretrained model refuses it at validation; "" = any model
 
     @abstractmethod
     def sample(self, policy: torch.nn.Module, problems: list[Problem], group_size: int,

@@ -93,6 +93,15 @@ class WeakPrefixSampler(Sampler):
     def needs_reference(self) -> bool:  # type: ignore[override]
         return self.config.weak_model == "reference"
 
+    @property
+    def testbed_only(self) -> str:  # type: ignore[override]
+        spec = self.config.weak_model
+        if not spec.startswith(WARM_START):
+            return ""
+        return (f"weak_model '{spec}' is the testbed model after {weak_fraction(spec):g} of its supervised warm "
+                f"start, which a pretrained model does not have; set rollout.sampler.weak_model to 'reference' "
+                f"(the frozen starting policy) or a model folder")
+
     def prepare(self, cfg: Any, tokenizer: Any, run_dir: Any, is_main: bool = True) -> None:
         """For ``weak_model: 'warm_start:F'``: the weak model is the run's model after the first
         round(F·warm_start.steps) steps of the same supervised warm start (same initialisation, data
