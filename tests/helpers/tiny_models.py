@@ -33,3 +33,18 @@ def logit_grads(model: torch.nn.Module, batch, loss_name: str, params: dict) -> 
         model.zero_grad(set_to_none=True)
         model.eval()
     return store["logits"].grad[:, :-1], adv  # position t of the kept logits predicts completion token t
+
+
+def trained_lora_policy(hidden: int, layers: int, r: int, alpha: float) -> torch.nn.Module:
+    """A tiny character model with LoRA adapters whose B is random (a trained adapter: B starts at zero,
+    which would make the merged weights equal the base's)."""
+    from rlvr.models import build_char_tokenizer, build_tiny_model
+    from rlvr.models.lora import add_lora
+    from rlvr.models.lora_spec import LoraSpec
+    policy = add_lora(build_tiny_model(build_char_tokenizer(), hidden=hidden, layers=layers, heads=2),
+                      LoraSpec(r=r, alpha=alpha))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    return policy

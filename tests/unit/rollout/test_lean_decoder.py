@@ -152,8 +152,9 @@ def test_lora_models_get_their_own_forward():
 @pytest.mark.parametrize("kv_heads", [9, 3, 1])
 def test_one_query_attention_equals_sdpa(kv_heads):
     """The decode step's attention (one query, grouped heads as small products) against torch's sdpa
-    with the same boolean mask: float32 scores of 64-long dot products and a softmax over 12 keys
-    agree to float32 rounding (1e-6 absolute on outputs of size ~1)."""
+    with the same boolean mask: float32 scores of 64-long dot products (rounding up to ~64 ulps of the
+    largest product, summed in another order or blocking) and a softmax over 12 keys agree to float32
+    rounding: 1e-5 absolute on outputs of size ~1, as the decoder tests above."""
     from rlvr.rollout.engines.lean import _one_query_attention
     g = torch.Generator().manual_seed(3)
     q = torch.randn(5, 9, 1, 64, generator=g)
@@ -164,5 +165,5 @@ def test_one_query_attention_equals_sdpa(kv_heads):
     ref = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=0.125,
                                                            enable_gqa=kv_heads != 9)
     out = _one_query_attention(q, keys, values, mask, 0.125)
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
-    torch.testing.assert_close(out[3], values[3].repeat_interleave(9 // kv_heads, 0)[:, -1:], rtol=0, atol=1e-6)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out[3], values[3].repeat_interleave(9 // kv_heads, 0)[:, -1:], rtol=0, atol=1e-5)

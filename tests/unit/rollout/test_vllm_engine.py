@@ -133,16 +133,9 @@ def test_lora_policy_syncs_merged_weights_in_base_names():
     equal to peft's own merge_and_unload."""
     pytest.importorskip("peft")
     import copy
-    from rlvr.models import build_char_tokenizer, build_tiny_model
-    from rlvr.models.lora import add_lora
     from rlvr.rollout.engines.vllm import named_weights
-    from rlvr.train.config import LoraSpec
-    tok = build_char_tokenizer()
-    policy = add_lora(build_tiny_model(tok, hidden=16, layers=1, heads=2), LoraSpec(r=2, alpha=4.0))
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_()  # a trained adapter (B starts at zero)
+    from tests.helpers.tiny_models import trained_lora_policy
+    policy = trained_lora_policy(hidden=16, layers=1, r=2, alpha=4.0)
     sent = dict(named_weights(policy))
     merged = copy.deepcopy(policy).merge_and_unload().state_dict()
     assert sent.keys() == merged.keys()

@@ -14,6 +14,7 @@ from rlvr.rollout import generate_ids
 from rlvr.rollout.engines.base import generation_phase
 from rlvr.rollout.engines.vllm import VLLMConfig, VLLMEngine, eager, load_into_vllm, named_weights
 from tests.helpers import fake_vllm
+from tests.helpers.tiny_models import trained_lora_policy
 from tests.helpers.tiny import tiny_config
 
 SLEEPY = {"sleep_level": 1}
@@ -66,15 +67,7 @@ def test_a_training_step_wakes_and_sleeps_the_engine_once(tmp_path, monkeypatch)
 
 def _lora_policy() -> torch.nn.Module:
     pytest.importorskip("peft")
-    from rlvr.models.lora import add_lora
-    from rlvr.models.lora_spec import LoraSpec
-    tok = build_char_tokenizer()
-    policy = add_lora(build_tiny_model(tok, hidden=32, layers=2, heads=2), LoraSpec(r=4, alpha=8.0))
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_()  # a trained adapter (B starts at zero)
-    return policy
+    return trained_lora_policy(hidden=32, layers=2, r=4, alpha=8.0)
 
 
 def test_a_lora_sync_streams_merged_weights_in_the_engine_dtype(monkeypatch):
