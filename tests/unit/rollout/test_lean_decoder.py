@@ -167,3 +167,65 @@ def test_one_query_attention_equals_sdpa(kv_heads):
     out = _one_query_attention(q, keys, values, mask, 0.125)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
     torch.testing.assert_close(out[3], values[3].repeat_interleave(9 // kv_heads, 0)[:, -1:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_shared_prefill_gives_every_repeated_row_its_own_prompts_logits_and_cache(lean):
+    """Groups repeat a prompt G times; ``shared_prefill`` runs each distinct prompt once and copies its
+    cache to the repeats. Teacher-forced logits (prefill and 4 decode steps, one token per row) equal
+    a full prefill's to float32 rounding of another batch size's GEMM blocking (same 1e-5 as above);
+    a hidden-state capture gets one (H,) row per prompt row; distinct prompts go through unchanged."""
+    from rlvr.rollout.engines.base import HiddenCapture
+    from rlvr.rollout.engines.loop import shared_prefill
+    model = _model("llama", 2)
+    base_ids, base_mask, base_pos = _prompts(n=3)
+    order = torch.tensor([0, 1, 0, 2, 1, 0, 2, 2])  # three prompts, repeated out of order
+    ids, mask, pos = base_ids[order], base_mask[order], base_pos[order]
+    tokens = torch.randint(1, VOCAB, (4, order.numel()), generator=torch.Generator().manual_seed(3))
+
+    def run(prefill):
+        decoder, capture = decode_steps(model, ids.shape[1] + 4, lean), HiddenCapture(model, order.numel(), 1)
+        out = [prefill(decoder, capture)]
+        capture.store(torch.arange(order.numel()), 0)
+        capture.close()
+        attn, next_pos = mask.long(), pos[:, -1:] + 1
+        for t in range(4):
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)
+            out.append(decoder.step(tokens[t], attn, next_pos))
+            next_pos = next_pos + 1
+        return out, capture.hidden[:, 0]
+
+    with torch.no_grad():
+        shared, shared_h = run(lambda d, c: shared_prefill(d, ids, mask, pos, c))
+        full, full_h = run(lambda d, c: d.prefill(ids, mask, pos))
+    for a, b in zip(shared, full):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    torch.testing.assert_close(shared_h, full_h, rtol=0, atol=1e-5)
+    assert not torch.equal(shared[0][0], shared[0][1])  # the rows really are different prompts
+    with torch.no_grad():
+        distinct = shared_prefill(decode_steps(model, base_ids.shape[1], lean), base_ids, base_mask, base_pos)
+        torch.testing.assert_close(distinct, LeanDecoder(model, base_ids.shape[1]).prefill(base_ids, base_mask, base_pos),
+                                   rtol=0, atol=1e-5)
+
+
+def test_weights_cast_once_under_autocast_give_the_same_logits_bit_for_bit(monkeypatch):
+    """Under bf16 autocast the decoder holds its layers' weights cast once (``CAST_MAX_BYTES``) instead of
+    letting autocast cast them at every matmul: the same round-to-nearest of the same float32 values,
+    so the logits are identical (tolerance 0) to a joined decoder that leaves the cast to autocast."""
+    import rlvr.rollout.engines.lean as lean
+    model = _model("qwen2", 2)
+    ids, mask, pos = _prompts()
+    outs = []
+    for cast_max in (lean.CAST_MAX_BYTES, 0):
+        monkeypatch.setattr(lean, "CAST_MAX_BYTES", cast_max)
+        monkeypatch.setattr(lean, "JOIN_MAX_BYTES", 1 << 40)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            decoder = LeanDecoder(model, ids.shape[1] + 5)
+            outs.append(_teacher_forced(decoder, ids, mask, pos, drop_after=2))
+        held = {w.dtype for w, _ in decoder.qkv + decoder.gate_up}
+        assert held == ({torch.bfloat16} if cast_max else {torch.float32})
+        assert (decoder.out[0][0][0].dtype == torch.bfloat16) if cast_max else decoder.out == [None, None]
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    with torch.no_grad():  # outside autocast nothing is cast
+        assert LeanDecoder(model, 8).dtype is None

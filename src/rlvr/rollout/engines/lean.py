@@ -3,8 +3,9 @@
 transformers' forward builds a 4-D mask, walks a cache object and passes through several wrapper
 layers on every call; for the small models of this testbed that machinery costs more than the
 arithmetic of a decode step. :class:`LeanDecoder` computes the same decoder with the model's own
-weights and rotary embedding, straight tensor calls (on small models q/k/v and gate/up each as one
-matmul over the weights joined), a preallocated KV cache, and a decode step's attention (one query)
+weights and rotary embedding, straight tensor calls (under autocast the layers' weights cast once per
+call instead of at every matmul; on small or cast models q/k/v and gate/up each as one matmul over the
+weights joined), a preallocated KV cache, and a decode step's attention (one query)
 as two small batched products (CPU's fused sdpa kernel is ~5x slower at one query: 7 vs 1.4 ms a call
 for SmolLM2's 9 heads over 3 key/value heads, 64 rows). On the models it accepts, its logits equal
 the model's forward within float rounding (the same products and sums;
@@ -28,6 +29,7 @@ from rlvr.models.rowwise_attention import ROWWISE_SDPA, has_sliding_window
 
 _ARCHS = {"llama", "qwen2"}
 JOIN_MAX_BYTES = 64 << 20  # decoder layers up to this size get joined q/k/v and gate/up matmuls
+CAST_MAX_BYTES = 1 << 30  # under autocast, decoder layers up to this size (cast) are held cast for the call
 _LAYER = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
 _ATTN = {"q_proj", "k_proj", "v_proj", "o_proj"}
 _MLP = {"gate_proj", "up_proj", "down_proj", "act_fn"}
@@ -76,13 +78,14 @@ def _rms(x: Tensor, norm: nn.Module) -> Tensor:
     return norm.weight * h.to(dtype)
 
 
-def _joined(*linears: nn.Linear) -> tuple[Tensor, Tensor | None]:
-    """The weight and bias of ``linears`` applied side by side (outputs concatenated in that order)."""
-    weight = torch.cat([m.weight for m in linears])  # (sum out, in)
+def _joined(dtype: torch.dtype | None, *linears: nn.Linear) -> tuple[Tensor, Tensor | None]:
+    """The weight and bias of ``linears`` applied side by side (outputs concatenated in that order),
+    cast to ``dtype`` (None: kept as they are)."""
+    weight = torch.cat([m.weight.to(dtype) for m in linears])  # (sum out, in)
     biases = [m.bias for m in linears]
     if all(b is None for b in biases):
         return weight, None
-    return weight, torch.cat([b if b is not None else weight.new_zeros(m.out_features)
+    return weight, torch.cat([b.to(dtype) if b is not None else weight.new_zeros(m.out_features)
                               for m, b in zip(linears, biases, strict=True)])
 
 
@@ -116,13 +119,23 @@ class LeanDecoder:
     def __init__(self, model: nn.Module, max_len: int) -> None:
         self.model, self.inner, self.max_len = model, model.model, max_len
         self.layers = list(self.inner.layers)
-        # On small models, per layer q/k/v and gate/up as one matmul each (the weights as they are now:
-        # one decoder serves one generation call): fewer calls where per-call overhead dominates. Large
-        # models keep separate matmuls rather than hold a joined copy of their weights.
-        join = sum(p.numel() * p.element_size() for p in self.inner.layers.parameters()) <= JOIN_MAX_BYTES
-        self.qkv = [_joined(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) if join
-                    else None for layer in self.layers]
-        self.gate_up = [_joined(layer.mlp.gate_proj, layer.mlp.up_proj) if join else None for layer in self.layers]
+        # One decoder serves one generation call, so the weights are fixed while it lives. Under autocast,
+        # the layers' weights are cast once here instead of at every matmul of every step (the same
+        # rounding autocast applies, so the same products); on small models, or where that cast copy
+        # is held anyway, q/k/v and gate/up also become one matmul each (fewer calls where per-call
+        # overhead dominates). Large float32 models keep separate matmuls rather than hold a copy.
+        first = next(self.inner.layers.parameters())
+        dtype = torch.get_autocast_dtype(first.device.type) if torch.is_autocast_enabled(first.device.type) else None
+        size = sum(p.numel() for p in self.inner.layers.parameters())
+        cast = dtype is not None and first.dtype != dtype and size * dtype.itemsize <= CAST_MAX_BYTES
+        join = cast or size * first.element_size() <= JOIN_MAX_BYTES
+        self.dtype = dtype if cast else None
+        self.qkv = [_joined(self.dtype, a.q_proj, a.k_proj, a.v_proj) if join else None
+                    for a in (layer.self_attn for layer in self.layers)]
+        self.gate_up = [_joined(self.dtype, layer.mlp.gate_proj, layer.mlp.up_proj) if join else None
+                        for layer in self.layers]
+        self.out = [(_joined(self.dtype, layer.self_attn.o_proj), _joined(self.dtype, layer.mlp.down_proj))
+                    if cast else None for layer in self.layers]
         self.keys: Tensor | None = None  # (L, B, H_kv, max_len, D), allocated at prefill (the K/V dtype)
         self.values: Tensor | None = None
         self.length = 0  # positions filled
@@ -159,7 +172,8 @@ class LeanDecoder:
                 gate, up = F.linear(h, *self.gate_up[i]).chunk(2, dim=-1)  # (B, S, I) each
             else:
                 gate, up = (F.linear(h, m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj))
-            x = x + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+            down = self.out[i][1] if self.out[i] is not None else (mlp.down_proj.weight, mlp.down_proj.bias)
+            x = x + F.linear(mlp.act_fn(gate) * up, *down)
         self.length = end
         return self.model.lm_head(_rms(x[:, -1:], self.inner.norm))[:, -1]  # a module call: its hooks fire
 
@@ -187,4 +201,4 @@ class LeanDecoder:
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
                                                  enable_gqa=q.shape[1] != k.shape[1])  # (B, H, S, D)
         out = out.transpose(1, 2).reshape(b, s, -1)
-        return F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+        return F.linear(out, *(self.out[i][0] if self.out[i] is not None else (attn.o_proj.weight, attn.o_proj.bias)))

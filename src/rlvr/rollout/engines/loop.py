@@ -9,7 +9,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from rlvr.registry import param, register
-from rlvr.rollout.engines.base import DecodeRequest, Engine, cache_kwargs
+from rlvr.rollout.engines.base import DecodeRequest, Engine, HiddenCapture, cache_kwargs
 from rlvr.rollout.engines.lean import LeanDecoder, lean_refusal
 from rlvr.rollout.lockstep import active, any_running
 from rlvr.rollout.sampling import seen_tokens
@@ -25,8 +25,9 @@ class LoopConfig:
 class LoopEngine(Engine):
     """KV-cache decode loop (default): one forward per token, finished rows leave the batch.
 
-    It skips ``generate``'s logits processors and stopping criteria and drops finished rows from
-    the batch and the ``DynamicCache`` once they are a quarter of it. Measured on 2 CPU threads,
+    It skips ``generate``'s logits processors and stopping criteria, prefills each distinct prompt
+    once (a group's G copies share it: ``shared_prefill``) and drops finished rows from the batch
+    and the ``DynamicCache`` once they are a quarter of it. Measured on 2 CPU threads,
     0.54 M model, 64 prompts: ~120 ms vs ~150 ms for ``generate`` (trained model, mean length 33).
     Sampling (temperature, top-k, top-p, min-p, repetition penalty) is
     :class:`rlvr.rollout.sampling.Sampler`; the repetition penalty counts a row's real prompt
@@ -78,6 +79,25 @@ def decode_steps(model: PreTrainedModel, max_len: int, lean: bool = True) -> Lea
     return ModelSteps(model)
 
 
+def shared_prefill(decoder: LeanDecoder | ModelSteps, ids: Tensor, mask: Tensor, pos: Tensor,
+                   capture: HiddenCapture | None = None) -> Tensor:
+    """Prefill each distinct prompt once and copy its cache, logits and captured hidden state to every
+    row that repeats it (a group's G copies of one prompt): each row's prefill is the same computation
+    on its own tokens, run on U distinct rows instead of N. ids / mask / pos (N, P) → logits (N, V)."""
+    key = ids.masked_fill(~mask, -1)  # (N, P) padding made distinct from every token id
+    distinct, inverse = torch.unique(key, dim=0, return_inverse=True)  # (U, P), (N,)
+    n, u = ids.shape[0], distinct.shape[0]
+    if u == n:
+        return decoder.prefill(ids, mask, pos)
+    rows = torch.arange(n, device=ids.device)
+    first = torch.full((u,), n, dtype=torch.long, device=ids.device).scatter_reduce_(0, inverse, rows, "amin")  # (U,)
+    logits = decoder.prefill(ids[first], mask[first], pos[first])  # (U, V)
+    decoder.select(inverse)  # the cache of row i is its prompt's: (U, ...) → (N, ...)
+    if capture is not None:
+        capture.calls[-1] = capture.calls[-1][inverse]  # (U, H) → (N, H)
+    return logits[inverse]
+
+
 def decode_loop(model: PreTrainedModel, r: DecodeRequest, lean: bool = True) -> tuple[Tensor, Tensor]:
     """Decode with a KV cache (``decode_steps``: the lean forward or the model's own); rows that
     have finished are dropped from the batch (and their cache) once they are a quarter of it, so
@@ -94,7 +114,7 @@ def decode_loop(model: PreTrainedModel, r: DecodeRequest, lean: bool = True) -> 
     attn = r.prompt_mask.long()  # (B, P + t)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
     decoder = decode_steps(model, prompt_ids.shape[1] + r.max_new_tokens, lean)
-    logits = decoder.prefill(prompt_ids, r.prompt_mask, pos)  # (B, V)
+    logits = shared_prefill(decoder, prompt_ids, r.prompt_mask, pos, capture)  # (B, V)
     seen = seen_tokens(prompt_ids, r.prompt_mask, logits.shape[-1]) if sampler.penalised else None  # (N, V)
     next_pos = pos[:, -1:] + 1  # (B, 1)
     finished = torch.zeros(n, dtype=torch.bool, device=dev)  # (B,)
