@@ -126,10 +126,21 @@ def load_compare(path: str | Path, out_dir: str | None = None, build: bool = Tru
     from rlvr.train.build import build_pipeline
     for method in cfg.methods:  # fail fast: unknown keys, plug-in names or parameters name the method
         try:
-            build_pipeline(cfg.run_config(method, cfg.seeds[0]))
+            run = cfg.run_config(method, cfg.seeds[0])
+            _check_model_path(run.model.path, path, method.name)
+            build_pipeline(run)
         except (ConfigError, FileNotFoundError) as err:
             raise ConfigError(f"{path}: method '{method.name}': {err}") from err
     return cfg
+
+
+def _check_model_path(model_path: str | None, path: Path, method: str) -> None:
+    """A comparison on a real model (``model.path``, no warm start: the transfer families) stops before any run
+    when the checkpoint is not on this machine, instead of every run failing alone as it loads it."""
+    if model_path and not Path(model_path).exists():
+        raise ConfigError(f"{path}: method '{method}': model.path {model_path} does not exist (rlvr loads local "
+                          "checkpoints only; a relative path is read from the folder rlvr compare runs in; "
+                          f"SmolLM2-135M-Instruct: rlvr model get smollm2-135m-instruct {model_path})")
 
 
 def _methods(raw: Any, path: Path) -> tuple[Method, ...]:

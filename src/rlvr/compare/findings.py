@@ -11,13 +11,20 @@ unchanged on new seeds, its results under ``docs/results/confirm/<family>/``; ``
 lists the confirmatory Holm family (fixed: a family not run yet is *pending*, its claims counted in m with
 p = 1, ``rlvr.compare.verdicts.judge``) and ``configs/confirm/FROZEN`` the commit that froze them. Every
 confirmatory claim is judged by ``judge``, the exploratory rules unchanged.
+
+The transfer to a real pretrained model (issue 47): ``configs/transfer/<family>.yaml`` carries testbed claims
+over to SmolLM2-135M-Instruct on reasoning-gym (each claim as its testbed family registered it; only its mechanism
+may change, with a note saying why), ``configs/transfer/holm_family.yaml`` is its own Holm family, fixed before its
+runs, and ``docs/results/transfer/<family>/results.json`` its results once run. Its verdicts come from ``judge``
+too; a transfer file without claims (a pilot) is skipped. The transfer table puts each claim's testbed verdicts
+(exploratory, confirmatory) beside its real-model one.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,9 @@ CONFIRM = Path("configs/confirm")  # the fresh-seed confirmation's comparison fi
 CONFIRM_HOLM = CONFIRM / "holm_family.yaml"  # its Holm family, fixed before any of its runs
 CONFIRM_RESULTS = Path("docs/results/confirm")  # <family>/results.json once a family has run
 FROZEN = CONFIRM / "FROZEN"  # the commit that froze configs/confirm/ (git's short id)
+TRANSFER = Path("configs/transfer")  # testbed claims carried over to a real pretrained model
+TRANSFER_HOLM = TRANSFER / "holm_family.yaml"  # its Holm family, fixed before any of its runs
+TRANSFER_RESULTS = Path("docs/results/transfer")  # <family>/results.json once a transfer family has run
 # Descriptive comparisons outside every Holm family: (family, method) -> the claim-less arm the method is built
 # on, whose paired difference the method's row states (MMPO is Dr. GRPO's advantage re-weighted, issue 47).
 BASE_ARMS = {("length", "mmpo"): "dr_grpo"}
@@ -126,15 +136,7 @@ def load_confirmation(root: Path, exploratory: list[dict[str, Any]], alpha: floa
     None where the repository has no confirmatory Holm family."""
     if not (root / CONFIRM_HOLM).exists():
         return None
-    listed = holm_family(root, CONFIRM_HOLM)
-    configs, run = {}, []
-    for path in sorted((root / CONFIRM).glob("*.yaml")):
-        if path.name == CONFIRM_HOLM.name:
-            continue
-        configs[path.stem] = cfg = load_compare(path, build=False)
-        results = root / CONFIRM_RESULTS / path.stem / "results.json"
-        if results.exists():
-            run.append(read_family(path, cfg, results))
+    listed, configs, run = _filed_families(root, CONFIRM_HOLM, CONFIRM_RESULTS)
     claims = {f"{name}/{c.method}": c for name, cfg in configs.items() for c in _claims(cfg)}
     check_confirm_claims(claims, listed, {claim_id(r["family"], r["claim"]): r["claim"] for r in exploratory})
     ran = {f.name for f in run}
@@ -145,16 +147,40 @@ def load_confirmation(root: Path, exploratory: list[dict[str, Any]], alpha: floa
                         rows={claim_id(r["family"], r["claim"]): r for r in rows}, tables=tables)
 
 
+def _filed_families(root: Path, holm: Path, results_root: Path, skip_claimless: bool = False
+                    ) -> tuple[list[str], dict[str, CompareConfig], list[Family]]:
+    """The Holm family listed in ``holm`` and the comparison files beside it (``skip_claimless``: not those
+    without claims, such as a pilot), each with its committed ``results_root/<file>/results.json`` where it exists."""
+    listed = holm_family(root, holm)
+    configs, run = {}, []
+    for path in sorted((root / holm.parent).glob("*.yaml")):
+        if path.name == holm.name:
+            continue
+        cfg = load_compare(path, build=False)
+        if skip_claimless and not _claims(cfg):
+            continue
+        configs[path.stem] = cfg
+        results = root / results_root / path.stem / "results.json"
+        if results.exists():
+            run.append(read_family(path, cfg, results))
+    return listed, configs, run
+
+
+def _check_listed(claimed: set[str], listed: list[str], where: str, holm: Path, what: str) -> None:
+    """The files ``where`` must claim exactly what the Holm-family file ``holm`` lists."""
+    unlisted, unclaimed = sorted(claimed - set(listed)), sorted(set(listed) - claimed)
+    if unlisted or unclaimed:
+        raise ConfigError(" and ".join(part for part in (
+            f"{where} claim {unlisted}, which {holm} does not list" if unlisted else "",
+            f"{holm} lists {unclaimed}, which no file of {where} claims" if unclaimed else "") if part)
+            + f" ({what} is fixed before its runs: the two must name the same claims)")
+
+
 def check_confirm_claims(claims: dict[str, Claim], listed: list[str], exploratory: dict[str, Claim]) -> None:
     """The confirmation files must claim exactly what the confirmatory Holm family lists, each claim exactly as
     its exploratory comparison file registered it (a confirmation re-runs a claim; it does not restate it)."""
     where = f"{CONFIRM}/*.yaml"
-    unlisted, unclaimed = sorted(set(claims) - set(listed)), sorted(set(listed) - set(claims))
-    if unlisted or unclaimed:
-        raise ConfigError(" and ".join(part for part in (
-            f"{where} claim {unlisted}, which {CONFIRM_HOLM} does not list" if unlisted else "",
-            f"{CONFIRM_HOLM} lists {unclaimed}, which no file of {where} claims" if unclaimed else "") if part)
-            + " (the confirmatory Holm family is fixed before its runs: the two must name the same claims)")
+    _check_listed(set(claims), listed, where, CONFIRM_HOLM, "the confirmatory Holm family")
     changed = sorted(c for c, claim in claims.items() if exploratory.get(c) != claim)
     if changed:
         raise ConfigError(f"{where}: the claims {changed} are not those configs/compare/ registered (a confirmation "
@@ -172,14 +198,66 @@ def frozen_commit(root: Path) -> str:
     return lines[0]
 
 
+@dataclass(frozen=True)
+class Transfer:
+    """The transfer families (testbed claims re-run on a real pretrained model): files, judged rows, testbed ids."""
+
+    listed: tuple[str, ...]  # configs/transfer/holm_family.yaml: the claims its Holm correction counts
+    configs: dict[str, CompareConfig]  # family -> its transfer file (those with claims), run or not
+    run: tuple[Family, ...]  # the families with a committed docs/results/transfer/<family>/results.json
+    rows: dict[str, dict[str, Any]]  # claim id -> its real-model row (run families only)
+    testbed: dict[str, str]  # transfer claim id -> the testbed claim id it carries over
+
+
+def load_transfer(root: Path, exploratory: list[dict[str, Any]], alpha: float = ALPHA) -> Transfer | None:
+    """The transfer files with claims and their committed results, checked against their Holm family and the
+    testbed claims they carry over, every run claim judged by ``judge`` (the pending ones in m at p = 1). None
+    where the repository has no transfer Holm family."""
+    if not (root / TRANSFER_HOLM).exists():
+        return None
+    listed, configs, run = _filed_families(root, TRANSFER_HOLM, TRANSFER_RESULTS, skip_claimless=True)
+    claims = {f"{name}/{c.method}": c for name, cfg in configs.items() for c in _claims(cfg)}
+    testbed = check_transfer_claims(claims, listed, {claim_id(r["family"], r["claim"]): r["claim"] for r in exploratory})
+    ran = {f.name for f in run}
+    pending = [c for c in listed if c.split("/", 1)[0] not in ran]
+    rows = judge(run, alpha, listed, str(TRANSFER_HOLM), pending=pending)
+    return Transfer(listed=tuple(listed), configs=configs, run=tuple(run),
+                    rows={claim_id(r["family"], r["claim"]): r for r in rows}, testbed=testbed)
+
+
+def check_transfer_claims(claims: dict[str, Claim], listed: list[str], exploratory: dict[str, Claim]) -> dict[str, str]:
+    """The transfer files must claim exactly what the transfer Holm family lists, each claim the one testbed claim
+    of the same method and section, unchanged but for its mechanism (which may change only with a ``note``
+    saying why the testbed's cannot apply). Returns transfer claim id -> testbed claim id."""
+    where = f"{TRANSFER}/*.yaml"
+    _check_listed(set(claims), listed, where, TRANSFER_HOLM, "the transfer's Holm family")
+    out = {}
+    for key, claim in claims.items():
+        found = [k for k, c in exploratory.items() if c.method == claim.method and c.section == claim.section]
+        if len(found) != 1:
+            raise ConfigError(f"{where}: claim {key} ({claim.section}) must carry over exactly one testbed claim of "
+                              f"method '{claim.method}' and section {claim.section}; found {found or 'none'}")
+        theirs = exploratory[found[0]]
+        if replace(claim, mechanism=None, note="") != replace(theirs, mechanism=None, note=""):
+            raise ConfigError(f"{where}: claim {key} is not {found[0]} as configs/compare/ registered it (a transfer "
+                              "carries the claim over unchanged: text, metric, direction, margin and all)")
+        if claim.mechanism != theirs.mechanism and not claim.note:
+            raise ConfigError(f"{where}: claim {key} changes {found[0]}'s mechanism without a note saying why the "
+                              "testbed's cannot apply on the real model")
+        out[key] = found[0]
+    return out
+
+
 def render(root: Path, alpha: float = ALPHA) -> str:
     """The whole docs/findings.md text."""
     families = load_families(root)
     rows = judge(families, alpha, holm_family(root), str(HOLM_FAMILY))
     confirm = load_confirmation(root, rows, alpha)
+    transfer = load_transfer(root, rows, alpha)
     m = sum(r["holm"] is not None for r in rows)
     lines = [*_head(m, alpha, families, rows, confirm), *_family_table(families, rows, m, alpha, confirm),
              *_claim_table(rows, confirm), *_confirmation_section(confirm, rows, families, alpha),
+             *_transfer_section(transfer, rows, confirm, alpha),
              *_problem_section(rows), *_untested_lines(untested_claims(root)), *_notes(root)]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -522,6 +600,63 @@ def _confirm_claim_lines(confirm: Confirmation) -> list[str]:
     return ["The re-run claims on their fresh seeds (columns as in the claims table; Holm across the "
             f"{len(confirm.listed)} claims of `{CONFIRM_HOLM}`, the pending ones at p = 1):", "",
             CLAIM_HEAD, "|---|---|---|---|---|---|---|", *[_claim_row(row) for row in ordered]]
+
+
+def _transfer_section(transfer: Transfer | None, rows: list[dict], confirm: Confirmation | None,
+                      alpha: float) -> list[str]:
+    """Each carried-over claim's testbed verdicts beside its real-model verdict, then the run families' rows."""
+    if transfer is None:
+        return []
+    m = len(transfer.listed)
+    exploratory = {claim_id(r["family"], r["claim"]): r for r in rows}
+    files = ", ".join(f"`{TRANSFER}/{name}.yaml` (seeds {_range(cfg.seeds)}, {cfg.budget_text()})"
+                      for name, cfg in transfer.configs.items())
+    lines = ["## Transfer to a real pretrained model", "",
+             f"The testbed claims below are carried over, unchanged (a mechanism only where the testbed's cannot "
+             f"apply, with the reason in the row), to SmolLM2-135M-Instruct trained on reasoning-gym from its own "
+             f"starting point, with the family's baseline and both controls: {files}. Its seeds, steps, claims and "
+             f"the Holm family `{TRANSFER_HOLM}` ({m} claims, m = {m}) were committed before any of its runs; a pilot "
+             "with other seeds sized it and enters no verdict. `rlvr findings` judges it with the same code and "
+             "rules as the testbed (gates, both baseline arms, exact sign-flip, ruled out against inconclusive), "
+             "Holm-corrected across its own claims; a family not run yet is *pending*, its claims counted in m at "
+             "p = 1. The real-model verdict is about the model, task and budget of that file, not the testbed's.",
+             "", "| method | paper's claim | testbed: family · exploratory verdict | testbed: confirmatory "
+             "| real model: verdict · Δ (n) · p · Holm · flip Holm | why (real model) |",
+             "|---|---|---|---|---|---|"]
+    for key in sorted(transfer.testbed, key=lambda k: _section_key(exploratory[transfer.testbed[k]]["claim"].section)):
+        lines.append(_transfer_row(key, exploratory[transfer.testbed[key]], transfer, confirm))
+    lines += ["", f"Families: {len(transfer.run)} of {len(transfer.configs)} run."]
+    for name, cfg in transfer.configs.items():
+        family = next((f for f in transfer.run if f.name == name), None)
+        if family is None:
+            lines.append(f"- {name}: pending, {len(cfg.seeds)} seeds planned "
+                         f"({', '.join(m.name for m in cfg.methods)}).")
+            continue
+        judged = [r for r in transfer.rows.values() if r["family"] is family]
+        lines += ["", FAMILY_HEAD.format(alpha=alpha), "|---|---|---:|---|---|---|---|",
+                  _family_row(family, judged, m, alpha, files=f"{name} · `{TRANSFER}/{name}.yaml` · "
+                              f"`{TRANSFER_RESULTS}/{name}/results.json`"),
+                  "", CLAIM_HEAD, "|---|---|---|---|---|---|---|",
+                  *[_claim_row(r) for r in sorted(judged, key=lambda r: _section_key(r["claim"].section))]]
+    return lines + [""]
+
+
+def _transfer_row(key: str, testbed: dict, transfer: Transfer, confirm: Confirmation | None) -> str:
+    claim = testbed["claim"]
+    confirmatory = "—" if confirm is None else _confirm_cell(testbed, confirm)
+    confirmatory = "— (undecided on the testbed: not re-run)" if confirmatory == "—" else confirmatory
+    here = transfer.rows.get(key)
+    if here is None:
+        cell, why = "pending (not run yet)", "—"
+    else:
+        test = here["test"]
+        stats = "no p" if test["p"] is None else \
+            f"p {test['p']:.3g} · Holm {here['holm']['p_holm']:.3g} · flip Holm {here['flip_holm']['p_holm']:.3g}"
+        cell, why = f"*{_verdict_text(here)}* · {_delta(here)} · {stats}", here["why"]
+    mine = next(c for c in transfer.configs[key.split("/", 1)[0]].methods if c.name == claim.method).claim
+    note = f" {mine.note}" if mine is not None and mine.note and mine.mechanism != claim.mechanism else ""
+    return (f"| {claim.section} {claim.title} | {claim.paper} | {testbed['family'].name} · *{_verdict_text(testbed)}* "
+            f"| {confirmatory} | {cell} | {why}{'.' if here is not None else ''}{note} |")
 
 
 def _seed_text(confirm: Confirmation) -> str:
