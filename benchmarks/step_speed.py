@@ -63,6 +63,7 @@ micro-batch and scoring pass (0 = none).
     python benchmarks/step_speed.py --regime learning --only rlvr --packing always
     python benchmarks/step_speed.py --regime long --only rlvr --packing always --max-tokens 1024
     python benchmarks/step_speed.py --regime smollm2 --model models/smollm2 --repeats 3 --steps 5 --warmup 1
+    python benchmarks/step_speed.py --regime smollm2 --model models/smollm2 --micro-batch 0 --gradient-checkpointing
 """
 
 from __future__ import annotations
@@ -119,6 +120,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also report the update's peak bytes saved for backward (rlvr; saved-tensor hooks)")
     p.add_argument("--max-tokens", type=int, default=0,
                    help="rlvr's optim.max_tokens_per_micro_batch and max_tokens_per_scoring_pass (0 = rows)")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute decoder layers' activations in the backward pass, in both frameworks "
+                        "(rlvr model.gradient_checkpointing, TRL gradient_checkpointing)")
+    p.add_argument("--recompute", choices=("none", "all", "elementwise"), default=None,
+                   help="rlvr only: model.recompute with model.gradient_checkpointing on (elementwise: keep matmul "
+                        "and attention outputs, recompute the rest; TRL has no such setting); default: none, or "
+                        "all with --gradient-checkpointing")
     p.add_argument("--micro-batch", type=int, default=None,
                    help="rows per forward/backward in both frameworks (rlvr optim.micro_batch_size; TRL "
                         "per_device_train_batch_size with gradient_accumulation_steps = prompts x group / N, one "
@@ -141,6 +149,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.max_new_tokens = DEFAULT_TOKENS.get(args.regime, 48)
     if args.lr is None:
         args.lr = DEFAULT_LR.get(args.regime, 1e-4)
+    if args.recompute is None:
+        args.recompute = "all" if args.gradient_checkpointing else "none"
+    if args.recompute == "none" and args.gradient_checkpointing:
+        p.error("--recompute none contradicts --gradient-checkpointing (which checkpoints both frameworks)")
     if args.micro_batch is None:
         args.micro_batch = DEFAULT_MICRO_BATCH.get(args.regime, 0)
     rows = args.prompts * args.group
@@ -237,7 +249,8 @@ def rlvr_base(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
     """rlvr's config for the regime: the tiny regimes' arithmetic, or the SmolLM2 recipe's task with
     bf16 autocast over float32 master weights and in-process scoring (as TRL calls its reward)."""
     base: dict[str, Any] = {
-        "model": {"path": args.model_dir},
+        "model": {"path": args.model_dir, "gradient_checkpointing": args.recompute != "none",
+                  "recompute": "all" if args.recompute == "none" else args.recompute},
         "task": {"name": "arithmetic"},
         "warm_start": {"steps": 0},
         "rollout": {"prompts_per_step": args.prompts, "group_size": args.group,
@@ -264,7 +277,8 @@ RLVR_SETTINGS = ("task.name", "task.params", "rollout.prompts_per_step", "rollou
                  "rollout.engine", "rollout.verify_workers", "algorithm.loss", "algorithm.aggregation",
                  "algorithm.kl_coef", "optim.name", "optim.lr", "optim.schedule", "optim.grad_clip",
                  "optim.weight_decay", "optim.ppo_epochs", "optim.micro_batch_size", "optim.packing",
-                 "optim.skip_zero_rows", "model.dtype", "model.attn_implementation", "run.mixed_precision",
+                 "optim.skip_zero_rows", "model.dtype", "model.gradient_checkpointing", "model.recompute",
+                 "model.attn_implementation", "run.mixed_precision",
                  "run.seed", "run.threads")
 
 
@@ -540,7 +554,7 @@ def trl_settings(args: argparse.Namespace) -> dict[str, Any]:
     """GRPOConfig's arguments: rlvr's settings in TRL's terms (dapo = token-mean clipped loss, beta 0)."""
     return dict(
         output_dir=str(Path(args.result).parent / "trl_run"), use_cpu=True, bf16=args.regime == "smollm2",
-        fp16=False, gradient_checkpointing=False, report_to=[], logging_steps=10**6, save_strategy="no",
+        fp16=False, gradient_checkpointing=args.gradient_checkpointing, report_to=[], logging_steps=10**6, save_strategy="no",
         disable_tqdm=False, seed=args.seed, max_steps=args.warmup + args.steps, learning_rate=args.lr,
         lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch", weight_decay=0.0,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=1.0,
@@ -706,6 +720,8 @@ def summarise(args: argparse.Namespace, results: dict[str, dict], info: dict[str
                                        "max_new_tokens": args.max_new_tokens, "lr": args.lr, "threads": args.threads,
                                        "packing": args.packing, "max_tokens": args.max_tokens, "lean": not args.no_lean,
                                        "micro_batch": args.micro_batch,
+                                       "gradient_checkpointing": args.gradient_checkpointing,
+                                       "rlvr_recompute": args.recompute,
                                        "warmup_steps": args.warmup, "timed_steps": args.steps, **info}}
     for name, res in results.items():
         med = statistics.median(res["spans"])
@@ -757,7 +773,8 @@ def run_worker(args: argparse.Namespace, name: str, folder: Path) -> dict[str, A
 def _forward_args(args: argparse.Namespace) -> list[str]:
     keys = ("steps", "warmup", "prompts", "group", "max_new_tokens", "lr", "threads", "seed", "regime", "packing",
             "max_tokens", "sft_steps", "micro_batch")
-    flags = ["--no-lean"] * args.no_lean + ["--activation-memory"] * args.activation_memory
+    flags = (["--no-lean"] * args.no_lean + ["--activation-memory"] * args.activation_memory
+             + ["--gradient-checkpointing"] * args.gradient_checkpointing + ["--recompute", args.recompute])
     return [x for k in keys for x in (f"--{k.replace('_', '-')}", str(getattr(args, k)))] + flags
 
 

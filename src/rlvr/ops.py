@@ -84,7 +84,7 @@ def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
 # --- log-probs and entropy --------------------------------------------------------------------
 
 def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
-                         chunk_tokens: int = 4096) -> Tensor:
+                         chunk_tokens: int = 1024) -> Tensor:
     """log softmax(logits / temperature)[labels] for logits (N, T, V), labels (N, T) → (N, T) float32.
 
     Uses ``x_y − logsumexp(x)`` chunk by chunk (``chunk_rows`` rows, at most ``chunk_tokens``
@@ -96,14 +96,14 @@ def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 16, t
 
 
 def entropy_from_logits(logits: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
-                        chunk_tokens: int = 4096) -> Tensor:
+                        chunk_tokens: int = 1024) -> Tensor:
     """Entropy of softmax(logits / temperature) over the last dim, (N, T, V) → (N, T) float32, in
     chunks as :func:`logprobs_from_logits` (differentiable when ``logits`` require grad)."""
     return _chunked(_chunk_entropy, logits, None, chunk_rows, chunk_tokens, temperature)
 
 
 def logprobs_and_entropy(logits: Tensor, labels: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
-                         chunk_tokens: int = 4096) -> tuple[Tensor, Tensor]:
+                         chunk_tokens: int = 1024) -> tuple[Tensor, Tensor]:
     """Both of the above from one float32 copy per chunk, (N, T) each, the entropy differentiable
     too (an entropy bonus): one pass instead of two over the vocabulary."""
     both = _chunked(_chunk_both, logits, labels, chunk_rows, chunk_tokens, temperature)  # (N, T, 2)

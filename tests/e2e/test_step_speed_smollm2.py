@@ -117,3 +117,24 @@ def test_the_micro_batch_is_the_same_in_both_frameworks():
     assert trl["gradient_accumulation_steps"] == 4
     with pytest.raises(SystemExit):
         bench.parse_args(["--prompts", "8", "--group", "8", "--micro-batch", "24"])
+
+
+def test_gradient_checkpointing_is_the_same_in_both_frameworks():
+    """--gradient-checkpointing turns on rlvr's model.gradient_checkpointing and TRL's
+    gradient_checkpointing together (off in both by default); --recompute elementwise is rlvr's selective
+    recompute alone (TRL has no such setting, so it stays as given); the JSON's setting says which ran."""
+    bench = _load_benchmark()
+    for argv, rlvr_on, recompute, trl_on in (([], False, "all", False),
+                                             (["--gradient-checkpointing"], True, "all", True),
+                                             (["--recompute", "elementwise"], True, "elementwise", False)):
+        args = bench.parse_args(["--only", "rlvr", *argv])
+        args.result, args.model_dir = "/tmp/x/result.json", "/tmp/x/model"
+        model = bench.rlvr_base(args, Path("/tmp/x"))["model"]
+        assert model["gradient_checkpointing"] is rlvr_on and model["recompute"] == recompute
+        assert bench.trl_settings(args)["gradient_checkpointing"] is trl_on
+        forwarded = bench.parse_args(bench._forward_args(args))  # what each worker process is given
+        assert (forwarded.gradient_checkpointing, forwarded.recompute) == (args.gradient_checkpointing, args.recompute)
+        setting = bench.summarise(args, {}, {})["setting"]
+        assert setting["gradient_checkpointing"] is trl_on and setting["rlvr_recompute"] == args.recompute
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--gradient-checkpointing", "--recompute", "none"])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rlvr.aggregation import Aggregation
 from rlvr.models.lora_spec import LoraSpec
+from rlvr.models.recompute import RECOMPUTE
 from rlvr.registry import param
 from rlvr.train.ranges import check_ranges
 
@@ -54,15 +55,24 @@ class ModelConfig:
                                "LoRA; float32 for the tiny model; float32 under run.mixed_precision)")
     attn_implementation: str = param("sdpa", "attention kernel: sdpa | eager | flash_attention_2 (when installed)")
     gradient_checkpointing: bool = param(False, "recompute each decoder layer's activations in the backward pass "
-                                                "(less memory, ~30% more compute); off during generation")
+                                                "(less memory, more compute; model.recompute says how much); off "
+                                                "during generation")
+    recompute: str = param("all", "what gradient checkpointing recomputes: all (every op of a layer; least memory, "
+                                  "~30% more update compute) | elementwise (norms, RoPE, activations, casts; matmul "
+                                  "and attention outputs kept: ~40% of a layer's activation memory, ~10% more "
+                                  "compute); both give the same gradients, bit for bit")
     lora: LoraSpec | None = param(None, "LoRA adapter {r, alpha, dropout, target_modules} through peft; the "
                                         "reference is the base with the adapter off; None or {} = full fine-tune")
 
     def __post_init__(self) -> None:
-        checks = {"dtype": (self.dtype, MODEL_DTYPES), "attn_implementation": (self.attn_implementation, ATTENTION)}
+        checks = {"dtype": (self.dtype, MODEL_DTYPES), "attn_implementation": (self.attn_implementation, ATTENTION),
+                  "recompute": (self.recompute, RECOMPUTE)}
         for name, (value, valid) in checks.items():
             if value not in valid:
                 raise ValueError(f"model.{name} must be one of {' | '.join(valid)}, got '{value}'")
+        if self.recompute != "all" and not self.gradient_checkpointing:
+            raise ValueError(f"model.recompute={self.recompute} says what gradient checkpointing recomputes, but "
+                             f"model.gradient_checkpointing is false; set it to true (or drop model.recompute)")
 
 
 @dataclass(frozen=True)

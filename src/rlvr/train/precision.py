@@ -8,7 +8,9 @@
   policy's base, a full fine-tuning run's KL reference) are stored in the autocast dtype
   (``hold_frozen``, :mod:`rlvr.models.held`), which autocast would round them to at every call anyway.
 - ``model.attn_implementation`` and ``model.gradient_checkpointing`` (non-reentrant; Hugging Face
-  models only recompute in training mode, so generation with the KV cache is unaffected). Where passes
+  models only recompute in training mode, so generation with the KV cache is unaffected), recomputing
+  every op of a layer or, with ``model.recompute=elementwise``, all but its matrix products and attention
+  (:mod:`rlvr.models.recompute`). Where passes
   may be packed (``optim.packing`` auto or always), sdpa runs as row-wise sdpa
   (``rlvr.models.rowwise_attention``): transformers' sdpa for every padded pass and for generation,
   row by row for a packed one.
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 
 from rlvr.models.held import hold_frozen_linears
+from rlvr.models.recompute import checkpoint_kwargs
 from rlvr.notice import notice
 from rlvr.train.config import Config, ConfigError
 
@@ -57,11 +60,16 @@ def configure_policy(model: torch.nn.Module, cfg: Config) -> torch.nn.Module:
     if cfg.model.gradient_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ConfigError(f"model.gradient_checkpointing: {type(model).__name__} does not support it")
-        kwargs = {"use_reentrant": False}
+        kwargs = checkpoint_kwargs(cfg.model.recompute)
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x (the old name is deprecated)
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        # transformers also hooks the input embeddings so that their output requires grad: reentrant
+        # checkpointing needs it, the non-reentrant kind used here does not, and the hook would make the
+        # lean decoder refuse the model (it refuses hooked decoders), so generation would run slower
+        if getattr(model, "_require_grads_hook", None) is not None:
+            model.disable_input_require_grads()
     return model
 
 

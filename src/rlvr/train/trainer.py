@@ -44,6 +44,7 @@ from rlvr.train.config import Config, ConfigError, write_config
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
 from rlvr.train.logging import PhaseTimer
+from rlvr.train.memory import release_free_pages
 from rlvr.train.memory import bound_kernel_caches
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.movement import Movement
@@ -199,6 +200,7 @@ class Trainer:
                             lambda: self.scorer(batch)[0], batch.completion_mask,
                             lambda stats: sum_over_ranks(self.acc, stats))
         with self.timer("update"):
+            release_free_pages()  # the rollout's freed pages, before the update's peak (rlvr.train.memory)
             movement.start()
         # reweight → loss → update: ppo_epochs × mini-batches × micro-batches (the Updater times each)
         metrics.update({"loss/total": 0.0} if warm else self.update(batch))
