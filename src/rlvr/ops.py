@@ -13,6 +13,11 @@ from torch import Tensor
 
 from rlvr.types import BatchError
 
+# Positions per float32 chunk of the log-softmax: at a 49,152-token vocabulary a chunk is 0.2 GB (and as
+# much again for its exponentials); 4,096 made a packed pass's chunk 0.8 GB. Each position is reduced over
+# its own row, so the values do not depend on it (tests/unit/test_ops.py).
+CHUNK_TOKENS = 1024
+
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 
 
@@ -84,7 +89,7 @@ def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
 # --- log-probs and entropy --------------------------------------------------------------------
 
 def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
-                         chunk_tokens: int = 1024) -> Tensor:
+                         chunk_tokens: int = CHUNK_TOKENS) -> Tensor:
     """log softmax(logits / temperature)[labels] for logits (N, T, V), labels (N, T) → (N, T) float32.
 
     Uses ``x_y − logsumexp(x)`` chunk by chunk (``chunk_rows`` rows, at most ``chunk_tokens``
@@ -96,14 +101,14 @@ def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 16, t
 
 
 def entropy_from_logits(logits: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
-                        chunk_tokens: int = 1024) -> Tensor:
+                        chunk_tokens: int = CHUNK_TOKENS) -> Tensor:
     """Entropy of softmax(logits / temperature) over the last dim, (N, T, V) → (N, T) float32, in
     chunks as :func:`logprobs_from_logits` (differentiable when ``logits`` require grad)."""
     return _chunked(_chunk_entropy, logits, None, chunk_rows, chunk_tokens, temperature)
 
 
 def logprobs_and_entropy(logits: Tensor, labels: Tensor, chunk_rows: int = 16, temperature: float = 1.0,
-                         chunk_tokens: int = 1024) -> tuple[Tensor, Tensor]:
+                         chunk_tokens: int = CHUNK_TOKENS) -> tuple[Tensor, Tensor]:
     """Both of the above from one float32 copy per chunk, (N, T) each, the entropy differentiable
     too (an entropy bonus): one pass instead of two over the vocabulary."""
     both = _chunked(_chunk_both, logits, labels, chunk_rows, chunk_tokens, temperature)  # (N, T, 2)

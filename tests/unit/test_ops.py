@@ -131,3 +131,23 @@ def test_logprobs_and_entropy_golden():
     h = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
     torch.testing.assert_close(ent, torch.tensor([[h, math.log(2.0)]]))
     assert entropy_from_logits(torch.zeros(1, 1, 4)).item() == pytest.approx(math.log(4))
+
+
+def test_chunk_size_leaves_logprobs_and_their_gradients_unchanged_bit_for_bit():
+    """The chunk size bounds memory only: each position's log-softmax is computed from its own row, so
+    values and gradients are identical (tolerance 0) whether the positions go in chunks of 4,096, the
+    default or 7 (a packed (1, K, V) pass and a padded (N, T, V) one)."""
+    from rlvr.ops import CHUNK_TOKENS
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((1, 300, 97), (8, 21, 97)):
+        logits = torch.randn(*shape, generator=gen).bfloat16()
+        labels = torch.randint(0, shape[-1], shape[:2], generator=gen)
+        weight = torch.randn(shape[:2], generator=gen)
+        outs = []
+        for chunk in (4096, CHUNK_TOKENS, 7):
+            x = logits.clone().requires_grad_()
+            lp = logprobs_from_logits(x, labels, chunk_tokens=chunk, temperature=0.7)
+            (lp * weight).sum().backward()
+            outs.append((lp.detach(), x.grad))
+        for lp, grad in outs[1:]:
+            assert torch.equal(lp, outs[0][0]) and torch.equal(grad, outs[0][1])

@@ -11,7 +11,8 @@ much of it runs again:
   products and the attention kernels, where the compute is) are kept from the forward; everything else
   (RMSNorm in float32, RoPE, SiLU and the gating product, autocast's casts, reshapes) is recomputed
   from them. On SmolLM2's layer shapes this kept about 40 % of the activation bytes a layer holds
-  without checkpointing, for about 10 % more update compute (docs/training-real-models.md).
+  without checkpointing, for about 10 % more forward + backward time
+  (``benchmarks/recompute_memory.py``, docs/training-real-models.md).
 
 Both are exact: the recomputed ops run on the same inputs with the same kernels, so the gradients are
 the same bits as without checkpointing (``tests/e2e/test_precision.py`` checks the weights after a step

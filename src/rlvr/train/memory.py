@@ -57,33 +57,32 @@ class _MallInfo2(ctypes.Structure):
                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
+@lru_cache(maxsize=None)
+def _glibc(name: str) -> Any:
+    """glibc's function ``name``, or None where the C library is not glibc or lacks it."""
+    try:
+        return getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 @lru_cache(maxsize=1)
 def _mallinfo2() -> Any:
     """glibc's ``mallinfo2`` (glibc >= 2.33), or None."""
-    try:
-        fn = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):
-        return None
-    fn.restype = _MallInfo2
+    fn = _glibc("mallinfo2")
+    if fn is not None:
+        fn.restype = _MallInfo2
     return fn
 
 
 def release_free_pages() -> bool:
     """Return malloc's free pages to the kernel (glibc ``malloc_trim(0)``); numbers and tensors are
     untouched. False where the C library has no ``malloc_trim`` (not glibc)."""
-    fn = _malloc_trim()
+    fn = _glibc("malloc_trim")
     if fn is None:
         return False
     fn(0)
     return True
-
-
-@lru_cache(maxsize=1)
-def _malloc_trim() -> Any:
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
 
 
 def heap_in_use_mb() -> float | None:
