@@ -125,6 +125,9 @@ def _tool_commands(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per run (default: the file's run.threads, else CPU cores / jobs); "
                         "1 when other jobs share the machine")
+    p.add_argument("--records", default=None, metavar="RESULTS_JSON",
+                   help="a committed results.json whose records stand in for runs missing here (same method, "
+                        "seed, RL seed and role), e.g. to add an arm with --only; their curves are not redrawn")
 
     p = sub.add_parser("findings", help="docs/findings.md from the committed results: every verdict computed")
     p.add_argument("--check", action="store_true",
@@ -315,7 +318,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from rlvr.compare import load_compare, run_comparison
     cfg = load_compare(args.config, out_dir=args.out)
-    results = run_comparison(cfg, jobs=args.jobs, only=args.only, threads=args.threads)
+    results = run_comparison(cfg, jobs=args.jobs, only=args.only, threads=args.threads, records=args.records)
     failed = [f"{r['method']}:{r['seed']}" for r in results["runs"] if r["status"] != "done"]
     print(f"results: {cfg.out_dir / 'results.md'}")
     if failed:

@@ -50,8 +50,12 @@ def final_mean(rows: list[dict[str, Any]], key: str, fraction: float = FINAL_FRA
 def run_record(run: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The per-run record for results.json and the run's metric rows (empty unless finished).
 
-    A run reported "done" whose summary.json is absent becomes "missing" (its numbers are unknown).
+    A run reported "done" whose summary.json is absent becomes "missing" (its numbers are unknown). A
+    stored record (``stored_from``: :mod:`rlvr.compare.stored`) is already a record: kept as it is,
+    without metric rows.
     """
+    if run.get("stored_from"):
+        return dict(run), []
     run_dir = Path(run["run_dir"])
     rec: dict[str, Any] = {"method": run["method"], "seed": run["seed"], "status": run["status"],
                            "run_dir": str(run_dir)}

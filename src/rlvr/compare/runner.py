@@ -27,13 +27,17 @@ from typing import Any, Callable
 import yaml
 
 from rlvr.compare.config import CompareConfig, Method
+from rlvr.compare.stored import stand_in
 from rlvr.train.config import ConfigError, merge, to_dict
 
 
 def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] | None = None,
-                   progress: bool = True, threads: int | None = None) -> dict[str, Any]:
+                   progress: bool = True, threads: int | None = None,
+                   records: str | Path | None = None) -> dict[str, Any]:
     """Run (or reuse) every run of the comparison, then write the report; returns the results.
-    ``threads``: torch threads per run, over the file's ``run.threads`` (default: cores / jobs)."""
+    ``threads``: torch threads per run, over the file's ``run.threads`` (default: cores / jobs).
+    ``records``: a committed results.json whose records stand in for runs missing here
+    (:mod:`rlvr.compare.stored`)."""
     from rlvr.compare.power import compare_power
     from rlvr.compare.report import build_report
     jobs = max(1, jobs or cfg.jobs)
@@ -52,6 +56,8 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     runs = [_record(cfg, m, s) for m in cfg.methods for s in cfg.seeds]
     for status in statuses:  # this invocation's outcome wins over what the folder says
         next(r for r in runs if r["method"] == status["method"] and r["seed"] == status["seed"]).update(status)
+    if records is not None:
+        runs = stand_in(runs, records)
     (cfg.out_dir / "plan.json").write_text(json.dumps(runs, indent=1))
     return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline,
                         power_of=lambda records: compare_power(cfg, records))
