@@ -78,7 +78,7 @@ ROW_WISE_ATTENTION = ("flash_attention_2", "flash_attention_3", ROWWISE_SDPA)
 
 def attention_implementation(model: torch.nn.Module) -> str | None:
     """The transformers attention implementation of ``model`` (wrappers looked through)."""
-    return getattr(getattr(_innermost(model), "config", None), "_attn_implementation", None)
+    return getattr(getattr(innermost(model), "config", None), "_attn_implementation", None)
 
 
 def packing_unsupported(model: torch.nn.Module) -> str | None:
@@ -86,7 +86,7 @@ def packing_unsupported(model: torch.nn.Module) -> str | None:
     be one of ``PACKED_ATTENTION`` and its modelling code must build masks with transformers'
     ``masking_utils.create_causal_mask`` (which finds packed rows from the position ids) and take a
     tensor ``logits_to_keep``. Wrappers (DDP, peft, the LoRA reference) are looked through."""
-    base = _innermost(model)
+    base = innermost(model)
     impl = attention_implementation(base)
     if impl not in PACKED_ATTENTION:
         return f"attention implementation '{impl}' is not one of {', '.join(PACKED_ATTENTION)}"
@@ -98,7 +98,7 @@ def packing_unsupported(model: torch.nn.Module) -> str | None:
     return None
 
 
-def _innermost(model: torch.nn.Module) -> torch.nn.Module:
+def innermost(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model under DDP (``module``), peft (``get_base_model``) and
     ``rlvr.models.lora.AdapterDisabled`` (``policy``) wrappers."""
     for _ in range(8):

@@ -44,8 +44,7 @@ from rlvr.train.config import Config, ConfigError, write_config
 from rlvr.train.global_batch import (apply_row_weights, gather_feedback, local_inputs, rows_over_ranks,
                                     sum_over_ranks)
 from rlvr.train.logging import PhaseTimer
-from rlvr.train.memory import release_free_pages
-from rlvr.train.memory import bound_kernel_caches
+from rlvr.train.memory import bound_kernel_caches, pages_released_between_layers, release_free_pages
 from rlvr.train.loop import StepOutput, counters, latest_or_raise, load_counters, run_loop
 from rlvr.train.movement import Movement
 from rlvr.train.pipeline import Pipeline
@@ -203,7 +202,8 @@ class Trainer:
             release_free_pages()  # the rollout's freed pages, before the update's peak (rlvr.train.memory)
             movement.start()
         # reweight → loss → update: ppo_epochs × mini-batches × micro-batches (the Updater times each)
-        metrics.update({"loss/total": 0.0} if warm else self.update(batch))
+        with pages_released_between_layers(self.model):  # the passes' freed pages too (rlvr.train.memory)
+            metrics.update({"loss/total": 0.0} if warm else self.update(batch))
         with self.timer("update"):  # how far the step moved the policy, then the critic's own update
             metrics.update(movement.finish())
             if self.critic is not None:

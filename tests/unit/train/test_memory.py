@@ -7,6 +7,7 @@ matrix product, so a process that already ran one (this one) cannot show the dif
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -120,3 +121,40 @@ def test_free_heap_pages_go_back_to_the_kernel_before_an_update():
     if released == "False":
         pytest.skip("the C library is not glibc: no malloc_trim")
     assert float(dropped) > 150, out.stdout  # MiB returned, of the 191 MiB freed
+
+
+def test_pages_are_released_between_decoder_layers_only_in_training_passes():
+    """pages_released_between_layers hooks every k-th decoder layer and the output layer while open: the
+    training forward releases at layers 2 and 4 and after the output layer, just before the loss and its
+    backward (3; checkpointing's recompute runs the layers' forward without their hooks), a no-grad pass
+    never; the hooks are gone on exit (the lean decoder refuses hooked layers), and the gradients are the
+    same bits as without it."""
+    import torch
+
+    from rlvr.models import build_char_tokenizer, build_tiny_model
+    from rlvr.rollout.engines.lean import lean_refusal
+    from rlvr.train.memory import pages_released_between_layers, release_free_pages, release_points
+
+    if not release_free_pages():
+        pytest.skip("the C library is not glibc: no malloc_trim")
+    tok = build_char_tokenizer()
+    ids = torch.randint(4, len(tok), (3, 12), generator=torch.Generator().manual_seed(0))
+
+    def grads(release: bool) -> tuple[dict[str, torch.Tensor], int]:
+        model = build_tiny_model(tok, hidden=32, layers=4, heads=4, seed=0)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        assert len(release_points(model, every=2)) == 3  # layers 2 and 4, the output layer
+        hooks, refusal = sum(len(m._forward_hooks) for m in model.modules()), lean_refusal(model)
+        with pages_released_between_layers(model, every=2) if release else contextlib.nullcontext() as rel:
+            with torch.no_grad():
+                model(input_ids=ids)
+            assert rel is None or rel.count == 0
+            model(input_ids=ids).logits.float().logsumexp(-1).mean().backward()
+        assert sum(len(m._forward_hooks) for m in model.modules()) == hooks and lean_refusal(model) == refusal
+        return {k: p.grad for k, p in model.named_parameters()}, (rel.count if release else 0)
+
+    plain, _ = grads(False)
+    released, count = grads(True)
+    assert count == 3
+    assert all(torch.equal(plain[k], released[k]) for k in plain)
