@@ -38,9 +38,10 @@ import os
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: `rlvr --help` and `rlvr list` import this file
+    import torch
 
 KERNEL_CACHE_ENTRIES = 64  # per cache; ideep crashes with 0
 RELEASE_EVERY_LAYERS = 10  # decoder layers between two page releases in an update's pass (SmolLM2's 30: 3)
@@ -122,6 +123,7 @@ class Releases:
         self.count = 0
 
     def __call__(self, module: torch.nn.Module, args: Any, output: Any) -> None:  # a forward hook
+        import torch
         if torch.is_grad_enabled() and release_free_pages():  # training forwards only, not no-grad scoring
             self.count += 1
 
