@@ -44,8 +44,8 @@ if TYPE_CHECKING:  # torch is imported where it is used: `rlvr --help` and `rlvr
     import torch
 
 KERNEL_CACHE_ENTRIES = 64  # per cache; ideep crashes with 0
-RELEASE_EVERY_LAYERS = 10  # decoder layers between two page releases in an update's pass (SmolLM2's 30: 3)
 KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+RELEASE_EVERY_LAYERS = 10  # decoder layers between two page releases in an update's pass (SmolLM2's 30: 3)
 STATUS = Path("/proc/self/status")
 
 
@@ -117,7 +117,7 @@ def step_memory() -> dict[str, float]:
 
 
 class Releases:
-    """How many times :func:`pages_released_between_layers` returned free pages (for tests and logs)."""
+    """How many times :func:`pages_released_between_layers` returned free pages (the test counts them)."""
 
     def __init__(self) -> None:
         self.count = 0

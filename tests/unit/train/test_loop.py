@@ -174,6 +174,50 @@ def test_a_budget_stops_the_loop(tmp_path, overrides, cost, steps, reason):
     assert sorted(disk) == [steps]  # only the final checkpoint (save_every=0)
 
 
+class BarRecorder:
+    """Stands in for tqdm: keeps the bar's total, unit and every position it reached."""
+    made: list = []
+
+    def __init__(self, total: float, initial: float, desc: str, unit: str, disable: bool) -> None:
+        self.total, self.n, self.unit, self.seen = total, initial, unit, [initial]
+        BarRecorder.made.append(self)
+
+    def update(self, n: float) -> None:
+        self.n += n
+        self.seen.append(self.n)
+
+    def set_postfix(self, **_: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("overrides, total, unit, seen", [
+    (["run.steps=4"], 4, "steps", [0, 1, 2, 3, 4]),
+    # a rollout budget (a comparison sets run.steps to a 10**9 sentinel): the bar counts completions
+    (["run.steps=1000000000", "run.max_rollouts=7"], 7, "rollouts", [0, 3, 6]),
+])
+def test_the_progress_bar_counts_the_budget_that_ends_the_run(tmp_path, monkeypatch, overrides, total, unit, seen):
+    monkeypatch.setattr("rlvr.train.loop.tqdm", BarRecorder)
+    BarRecorder.made = []
+    loop, _, _ = _loop(tmp_path, overrides)
+    loop.train()
+    (bar,) = BarRecorder.made
+    assert (bar.total, bar.unit, bar.seen) == (total, unit, seen)
+
+
+def test_a_resumed_progress_bar_starts_where_the_budget_stands(tmp_path, monkeypatch):
+    first, _, disk = _loop(tmp_path, ["run.steps=100", "run.max_rollouts=12", "run.save_every=1"], stop_at=2)
+    first.train()
+    monkeypatch.setattr("rlvr.train.loop.tqdm", BarRecorder)
+    BarRecorder.made = []
+    again, _, _ = _loop(tmp_path, ["run.steps=100", "run.max_rollouts=12"], disk=disk)
+    again.train(resume=True)
+    (bar,) = BarRecorder.made
+    assert (bar.total, bar.seen) == (12, [6, 9, 12])  # 2 steps of 3 already spent
+
+
 def test_a_seconds_budget_spent_before_the_first_step_runs_none(tmp_path):
     loop, log, _ = _loop(tmp_path, ["run.steps=5", "run.max_seconds=50"])
     loop.seconds_spent = 60.0  # e.g. a set-up phase (directions, a teacher) that ate the budget
