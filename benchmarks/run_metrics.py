@@ -38,8 +38,8 @@ def main() -> None:
 
     seeds = {}
     for run in sorted(Path(args.folder, "runs", args.method).glob("seed*")):
-        if not (run / "metrics.jsonl").exists():
-            continue
+        if not run.name[4:].isdigit() or not (run / "metrics.jsonl").exists():
+            continue  # seed<N> only: a restarted run's old folder is kept as seed<N>.archived-<time>
         rows = read_metrics(run)
         seeds[run.name[4:]] = window_means(rows, args.metrics, args.first, args.last)
     window = f"first {args.first}" if args.first else f"last {args.last}" if args.last else "all steps"
