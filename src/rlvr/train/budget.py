@@ -29,21 +29,12 @@ def budget_reason(run: Any, step: int, rollouts: int, seconds: float, acc: Any =
     return None
 
 
-def progress_measure(run: Any) -> str:
-    """What a progress bar counts: the budget that is not the step default. ``rollouts`` when
-    ``run.max_rollouts`` is set (a comparison with a rollout budget sets ``run.steps`` to a huge
-    sentinel, so a bar in steps would show a meaningless total), else ``seconds`` when
-    ``run.max_seconds`` is set, else ``steps``."""
+def progress(run: Any, step: int, rollouts: int, seconds: float) -> tuple[str, float, float]:
+    """What a progress bar counts, how far the run is and the total: completions when ``run.max_rollouts``
+    is set (a comparison with a rollout budget sets ``run.steps`` to a huge sentinel, so a bar in steps
+    would show a meaningless total), else seconds trained when ``run.max_seconds`` is set, else steps."""
     if run.max_rollouts:
-        return "rollouts"
-    return "seconds" if run.max_seconds else "steps"
-
-
-def progress_total(run: Any, measure: str) -> float:
-    """The bar's total in ``measure`` (from ``progress_measure``)."""
-    return {"rollouts": run.max_rollouts, "seconds": run.max_seconds, "steps": run.steps}[measure]
-
-
-def progress_value(measure: str, step: int, rollouts: int, seconds: float) -> float:
-    """How far a run is in ``measure``: its steps, completions sampled or seconds trained."""
-    return {"rollouts": rollouts, "seconds": round(seconds, 1), "steps": step}[measure]
+        return "rollouts", rollouts, run.max_rollouts
+    if run.max_seconds:
+        return "seconds", round(seconds, 1), run.max_seconds
+    return "steps", step, run.steps

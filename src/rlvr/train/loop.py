@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from tqdm.auto import tqdm
 
-from rlvr.train.budget import budget_reason, progress_measure, progress_total, progress_value
+from rlvr.train.budget import budget_reason, progress
 from rlvr.train.callbacks import Callbacks
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.config import to_dict
@@ -159,9 +159,8 @@ def run_loop(loop: TrainingLoop, resume: bool = False, eval_fn: Any = None, desc
     main = loop.acc.is_main_process
     logger = RunLogger(loop.run_dir, enabled=main, resume_step=loop.step, report_to=run.report_to,
                        table_every=run.table_every, config=to_dict(loop.cfg))
-    measure = progress_measure(run)  # the bar counts the budget's own unit, not a sentinel step count
-    bar = tqdm(total=progress_total(run, measure), initial=_progress(loop, measure), desc=desc, unit=measure,
-               disable=not main)
+    unit, done, total = _progress(loop)  # the bar counts the budget's own unit, not a sentinel step count
+    bar = tqdm(total=total, initial=done, desc=desc, unit=unit, disable=not main)
     reason = _budget(loop)
     while reason is None:
         start = time.perf_counter()
@@ -171,7 +170,7 @@ def run_loop(loop: TrainingLoop, resume: bool = False, eval_fn: Any = None, desc
         stop = end_step(loop, metrics, out.sampled, start, eval_fn, logger)
         logger.samples(loop.step, out.samples)
         bar.set_postfix(**out.postfix)
-        bar.update(_progress(loop, measure) - bar.n)
+        bar.update(_progress(loop)[1] - bar.n)
         if stop:
             reason = "callback"
             break
@@ -209,8 +208,8 @@ def end_step(loop: TrainingLoop, metrics: dict[str, float], sampled: int, starte
     return loop.callbacks.step_end(loop, loop.step, metrics)
 
 
-def _progress(loop: TrainingLoop, measure: str) -> float:
-    return progress_value(measure, loop.step, loop.rollouts_spent, loop.seconds_spent)
+def _progress(loop: TrainingLoop) -> tuple[str, float, float]:
+    return progress(loop.cfg.run, loop.step, loop.rollouts_spent, loop.seconds_spent)
 
 
 def _budget(loop: TrainingLoop) -> str | None:
