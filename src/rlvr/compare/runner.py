@@ -27,6 +27,7 @@ from typing import Any, Callable
 import yaml
 
 from rlvr.compare.config import CompareConfig, Method
+from rlvr.compare.console import Console
 from rlvr.compare.stored import stand_in
 from rlvr.train.config import ConfigError, merge, to_dict
 
@@ -52,7 +53,8 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     threads = max(1, threads if forced else (os.cpu_count() or 1) // jobs)
     starts = _warm_starts(cfg, sorted({s for _, s in plan}), threads, jobs, progress)
     trees = {(m.name, s): _tree(cfg, m, s, starts, threads, forced) for m, s in plan}
-    statuses = _map(lambda ms: _run_one(cfg, ms[0], ms[1], trees[(ms[0].name, ms[1])], progress), plan, jobs)
+    console = Console("runs", len(plan), enabled=progress)
+    statuses = _map(lambda ms: _run_one(cfg, ms[0], ms[1], trees[(ms[0].name, ms[1])], console), plan, jobs)
     runs = [_record(cfg, m, s) for m in cfg.methods for s in cfg.seeds]
     for status in statuses:  # this invocation's outcome wins over what the folder says
         next(r for r in runs if r["method"] == status["method"] and r["seed"] == status["seed"]).update(status)
@@ -93,13 +95,14 @@ def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, 
     if not cfg.shared_warm_start or base.model.path or base.warm_start.steps <= 0:
         return {}
     out: dict[int, Path] = {}
-
+    console = Console("warm starts", len(seeds), enabled=progress)
     root = cfg.out_dir / "warm" if cfg.warm_cache is None else cfg.warm_cache / warm_key(cfg.base)
 
     def build(seed: int) -> None:
         folder = root / f"seed{seed}"
         out[seed] = folder
         if (folder / "config.json").exists():
+            console.skip()
             return
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -107,7 +110,7 @@ def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, 
         spec = cfg.out_dir / "configs" / f"warm_seed{seed}.yaml"
         spec.parent.mkdir(parents=True, exist_ok=True)
         spec.write_text(yaml.safe_dump(to_dict(_validated(tree)), sort_keys=False))
-        code = _launch(["sft", str(spec), "--out", str(tmp)], tmp.with_suffix(".log"), progress, f"warm start seed {seed}")
+        code = _launch(["sft", str(spec), "--out", str(tmp)], tmp.with_suffix(".log"), console, f"warm start seed {seed}")
         if code != 0:
             raise RuntimeError(f"warm start for seed {seed} failed (exit {code}); see {tmp.with_suffix('.log')}")
         os.replace(tmp, folder)
@@ -124,7 +127,7 @@ def warm_key(base: dict) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress: bool) -> dict[str, Any]:
+def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, console: Console) -> dict[str, Any]:
     run_dir = Path(tree["run"]["out_dir"])
     spec = cfg.out_dir / "configs" / f"{method.name}_seed{seed}.yaml"
     spec.parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +141,7 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress
                              f"{', ...' if len(changed) > 6 else ''})")
         previous = None
     if previous is not None and (run_dir / "summary.json").exists():
+        console.skip()
         return {**status, "status": "done", "reused": True}
     resumable = previous is not None and any((run_dir / "checkpoints").glob("step_*"))
     args = ["train", "--resume", str(run_dir)] if resumable else ["train", str(spec)]
@@ -146,7 +150,7 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, progress
     if not resumable and run_dir.exists():  # killed before its first checkpoint: start it over
         args.append("--overwrite")
     log = run_dir.parent / f"seed{seed}.log"
-    code = _launch(args, log, progress, f"{method.name} seed {seed}" + (" (resumed)" if resumable else ""))
+    code = _launch(args, log, console, f"{method.name} seed {seed}" + (" (resumed)" if resumable else ""))
     if code == 0 and (run_dir / "summary.json").exists():
         return {**status, "status": "done", "reused": False, "resumed": resumable}
     return {**status, "status": "failed", "error": f"exit code {code}; last lines of {log}:\n{_tail(log)}"}
@@ -234,10 +238,9 @@ def stop_children(grace_s: float = 20.0) -> None:
             proc.wait()
 
 
-def _launch(args: list[str], log: Path, progress: bool, label: str) -> int:
+def _launch(args: list[str], log: Path, console: Console, label: str) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
-    if progress:
-        print(f"[rlvr compare] start  {label}", flush=True)
+    console.start(label)
     with open(log, "w") as fh:
         with _CHILDREN_LOCK:
             if _STOPPING.is_set():
@@ -250,8 +253,7 @@ def _launch(args: list[str], log: Path, progress: bool, label: str) -> int:
         finally:
             with _CHILDREN_LOCK:
                 _CHILDREN.discard(proc)
-    if progress:
-        print(f"[rlvr compare] {'done  ' if code == 0 else 'FAILED'} {label}", flush=True)
+    console.end(label, ok=code == 0)
     return code
 
 
