@@ -128,6 +128,9 @@ def _tool_commands(sub: Any) -> None:
     p.add_argument("--records", default=None, metavar="RESULTS_JSON",
                    help="a committed results.json whose records stand in for runs missing here (same method, "
                         "seed, RL seed and role), e.g. to add an arm with --only; their curves are not redrawn")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run nothing: say which warm starts are cached or to build and which runs would start, "
+                        "resume, be reused or be set aside (their config changed)")
 
     p = sub.add_parser("findings", help="docs/findings.md from the committed results: every verdict computed")
     p.add_argument("--check", action="store_true",
@@ -318,6 +321,11 @@ def cmd_findings(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from rlvr.compare import load_compare, run_comparison
     cfg = load_compare(args.config, out_dir=args.out)
+    if args.dry_run:
+        from rlvr.compare.dry_run import dry_run_text
+        from rlvr.compare.runner import plan_comparison
+        print(dry_run_text(plan_comparison(cfg, jobs=args.jobs, only=args.only, threads=args.threads)))
+        return 0
     results = run_comparison(cfg, jobs=args.jobs, only=args.only, threads=args.threads, records=args.records)
     failed = [f"{r['method']}:{r['seed']}" for r in results["runs"] if r["status"] != "done"]
     print(f"results: {cfg.out_dir / 'results.md'}")

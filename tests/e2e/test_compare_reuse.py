@@ -1,6 +1,7 @@
 """Issue 30, items 2 and 9: `rlvr compare` reuses finished runs across --jobs/--threads and a moved
 comparison folder, archives (never deletes) a run whose config changed, and stops its child runs when
-it is terminated."""
+it is terminated. `--dry-run` reads each of those states and does nothing; `--only` names each item
+that matches no run."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from rlvr.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _spec(tmp_path: Path, out: Path, steps: int, warm: int = 2) -> Path:
+def _spec(tmp_path: Path, out: Path, steps: int, warm: int = 2, seeds: tuple[int, ...] = (0,)) -> Path:
     spec = {
         "out_dir": str(out),
         "base": {"task": {"name": "tests.helpers.tiny:ToyDigit"},
@@ -30,7 +31,7 @@ def _spec(tmp_path: Path, out: Path, steps: int, warm: int = 2) -> Path:
                  "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 12},
                  "run": {"eval_every": 0, "eval_problems": 2, "eval_k": 1, "save_every": 1}},
         "methods": {"grpo": {"preset": "grpo"}},
-        "seeds": [0],
+        "seeds": list(seeds),
         "budget": {"steps": steps},
     }
     path = tmp_path / f"cmp_{steps}.yaml"
@@ -105,3 +106,45 @@ def test_a_terminated_comparison_stops_its_child_run(tmp_path):
         if child is not None and _alive(child, session=proc.pid):  # a live member keeps the session id ours
             os.kill(child, signal.SIGKILL)
         proc.wait()
+
+
+def _dry(spec: Path, capsys, *extra: str) -> str:
+    capsys.readouterr()
+    assert main(["compare", str(spec), "--dry-run", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_dry_run_reads_each_state_of_a_comparison_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "cmp"
+
+    def two(steps: int) -> Path:  # seeds 0 and 1
+        return _spec(tmp_path, out, steps, seeds=(0, 1))
+
+    first = _dry(two(1), capsys)
+    assert not out.exists()  # nothing written
+    assert f"warm starts in {out / 'warm'}: 2 to build (0-1)" in first
+    assert "runs (2): 2 to start, 0 to resume" in first and "grpo  start 0-1" in first
+
+    assert main(["compare", str(two(1)), "--jobs", "2", "--threads", "1"]) == 0
+    (out / "runs" / "grpo" / "seed0" / "summary.json").unlink()  # killed after its checkpoint of step 1
+    shutil.rmtree(out / "runs" / "grpo" / "seed1")  # never run
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    after_kill = _dry(two(1), capsys)
+    assert "2 cached (0-1)" in after_kill and "grpo  start 1; resume 0" in after_kill
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # still nothing written
+
+    assert main(["compare", str(two(1)), "--jobs", "2", "--threads", "1"]) == 0
+    assert "runs (2): 0 to start" in _dry(two(1), capsys)
+    assert "grpo  reuse 0-1" in _dry(two(1), capsys)
+    changed = _dry(two(2), capsys)  # a longer budget: each run is another experiment
+    assert "grpo  archive 0-1" in changed and "grpo seed 0 changed: run.steps" in changed
+    shutil.rmtree(out / "warm" / "seed1")
+    assert "1 cached (0), 1 to build (1)" in _dry(two(2), capsys)
+
+
+def test_only_names_each_item_that_matches_no_run(tmp_path, capsys):
+    spec = _spec(tmp_path, tmp_path / "cmp", 1, seeds=(0, 1))
+    assert main(["compare", str(spec), "--dry-run", "--only", "grpo:1", "gspo", "grpo:7"]) == 2
+    err = capsys.readouterr().err
+    assert "['gspo', 'grpo:7'] matches no run" in err and "'grpo:1'" not in err
+

@@ -42,15 +42,10 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     from rlvr.compare.power import compare_power
     from rlvr.compare.report import build_report
     jobs = max(1, jobs or cfg.jobs)
+    plan, threads, forced = _plan(cfg, jobs, only, threads)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     (cfg.out_dir / "compare.yaml").write_text(yaml.safe_dump(cfg.source, sort_keys=False))
-    plan = [(m, s) for m in cfg.methods for s in cfg.seeds if _selected(m.name, s, only)]
-    if only and not plan:
-        raise ConfigError(f"--only {only} matches no run; runs are METHOD or METHOD:SEED with methods "
-                          f"{[m.name for m in cfg.methods]} and seeds {list(cfg.seeds)}")
     _STOPPING.clear()
-    forced = threads is not None
-    threads = max(1, threads if forced else (os.cpu_count() or 1) // jobs)
     starts = _warm_starts(cfg, sorted({s for _, s in plan}), threads, jobs, progress)
     trees = {(m.name, s): _tree(cfg, m, s, starts, threads, forced) for m, s in plan}
     console = Console("runs", len(plan), enabled=progress)
@@ -63,6 +58,34 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     (cfg.out_dir / "plan.json").write_text(json.dumps(runs, indent=1))
     return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline,
                         power_of=lambda records: compare_power(cfg, records))
+
+
+def plan_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] | None = None,
+                    threads: int | None = None) -> dict[str, Any]:
+    """What ``run_comparison`` would do, doing none of it and writing nothing: each shared warm start
+    ``cached`` or ``build`` (under ``warm_root``), and each run's action (``run_action``) with the keys of
+    its saved config that changed."""
+    plan, threads, forced = _plan(cfg, max(1, jobs or cfg.jobs), only, threads)
+    folders = warm_folders(cfg, sorted({s for _, s in plan}))
+    warm = {seed: "cached" if (folder / "config.json").exists() else "build" for seed, folder in folders.items()}
+    runs = []
+    for method, seed in plan:
+        action, changed = run_action(cfg, seed, _tree(cfg, method, seed, folders, threads, forced))
+        runs.append({"method": method.name, "seed": seed, "action": action, "changed": changed})
+    root = next(iter(folders.values())).parent if folders else None
+    return {"warm_root": None if root is None else str(root), "warm": warm, "runs": runs}
+
+
+def _plan(cfg: CompareConfig, jobs: int, only: list[str] | None,
+          threads: int | None) -> tuple[list[tuple[Method, int]], int, bool]:
+    """The (method, seed) pairs ``only`` selects, the torch threads per run and whether they were forced."""
+    plan = [(m, s) for m in cfg.methods for s in cfg.seeds if _selected(m.name, s, only)]
+    unmatched = [o for o in only or [] if not any(_selected(m.name, s, [o]) for m in cfg.methods for s in cfg.seeds)]
+    if unmatched:  # a typo would otherwise drop its runs in silence
+        raise ConfigError(f"--only {unmatched} matches no run; runs are METHOD or METHOD:SEED with methods "
+                          f"{[m.name for m in cfg.methods]} and seeds {list(cfg.seeds)}")
+    forced = threads is not None
+    return plan, max(1, threads if forced else (os.cpu_count() or 1) // jobs), forced
 
 
 def _selected(method: str, seed: int, only: list[str] | None) -> bool:
@@ -89,18 +112,22 @@ def _validated(tree: dict) -> Any:
     return load_config(None, base=tree)
 
 
-def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, progress: bool) -> dict[int, Path]:
-    """One warm-started model per seed (built once, reused by every method and every re-run)."""
+def warm_folders(cfg: CompareConfig, seeds: list[int]) -> dict[int, Path]:
+    """Where each seed's shared warm start lies, built or not; ``{}`` when every run makes its own."""
     base = _validated(cfg.base)
     if not cfg.shared_warm_start or base.model.path or base.warm_start.steps <= 0:
         return {}
-    out: dict[int, Path] = {}
-    console = Console("warm starts", len(seeds), enabled=progress)
     root = cfg.out_dir / "warm" if cfg.warm_cache is None else cfg.warm_cache / warm_key(cfg.base)
+    return {seed: root / f"seed{seed}" for seed in seeds}
+
+
+def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, progress: bool) -> dict[int, Path]:
+    """One warm-started model per seed (built once, reused by every method and every re-run)."""
+    folders = warm_folders(cfg, seeds)
+    console = Console("warm starts", len(folders), enabled=progress)
 
     def build(seed: int) -> None:
-        folder = root / f"seed{seed}"
-        out[seed] = folder
+        folder = folders[seed]
         if (folder / "config.json").exists():
             console.skip()
             return
@@ -115,8 +142,8 @@ def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, 
             raise RuntimeError(f"warm start for seed {seed} failed (exit {code}); see {tmp.with_suffix('.log')}")
         os.replace(tmp, folder)
 
-    _map(build, seeds, jobs)
-    return out
+    _map(build, list(folders), jobs)
+    return folders
 
 
 def warm_key(base: dict) -> str:
@@ -133,17 +160,15 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, console:
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(yaml.safe_dump(tree, sort_keys=False))
     status = {"method": method.name, "seed": seed, "run_dir": str(run_dir)}
-    previous = _previous_config(run_dir)
-    changed = None if previous is None else config_changes(previous, tree, cfg, seed)
-    if changed:  # the run folder holds a different experiment: keep it aside, never delete it
+    action, changed = run_action(cfg, seed, tree)
+    if action == "archive":  # the run folder holds a different experiment: keep it aside, never delete it
         from rlvr.train.run_dir import archive
         archive(run_dir, why=f"rlvr compare: {method.name} seed {seed} changed ({', '.join(changed[:6])}"
                              f"{', ...' if len(changed) > 6 else ''})")
-        previous = None
-    if previous is not None and (run_dir / "summary.json").exists():
+    if action == "reuse":
         console.skip()
         return {**status, "status": "done", "reused": True}
-    resumable = previous is not None and any((run_dir / "checkpoints").glob("step_*"))
+    resumable = action == "resume"
     args = ["train", "--resume", str(run_dir)] if resumable else ["train", str(spec)]
     if resumable and "threads" in tree["run"]:  # this invocation's --jobs / --threads
         args.append(f"run.threads={tree['run']['threads']}")
@@ -154,6 +179,22 @@ def _run_one(cfg: CompareConfig, method: Method, seed: int, tree: dict, console:
     if code == 0 and (run_dir / "summary.json").exists():
         return {**status, "status": "done", "reused": False, "resumed": resumable}
     return {**status, "status": "failed", "error": f"exit code {code}; last lines of {log}:\n{_tail(log)}"}
+
+
+def run_action(cfg: CompareConfig, seed: int, tree: dict) -> tuple[str, list[str]]:
+    """What running a run (its config ``tree``) does with its folder: ``reuse`` (finished, same config),
+    ``resume`` (killed after a checkpoint), ``start`` (never run, or killed before its first checkpoint)
+    or ``archive`` (the folder holds a different config: set aside, then started); and the changed keys."""
+    run_dir = Path(tree["run"]["out_dir"])
+    previous = _previous_config(run_dir)
+    if previous is None:
+        return "start", []
+    changed = config_changes(previous, tree, cfg, seed)
+    if changed:
+        return "archive", changed
+    if (run_dir / "summary.json").exists():
+        return "reuse", []
+    return ("resume" if any((run_dir / "checkpoints").glob("step_*")) else "start"), []
 
 
 # Keys that do not change a run's result: how fast it runs, where its folders are, what it logs.
