@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from rlvr.compare.plots import write_figures, write_paired_figure
 from rlvr.compare.problem_pairs import compact_outcomes, problem_lines, problem_table
+from rlvr.compare.starts import differing_lines, differing_starts
 from rlvr.compare.stats import mean_ci, paired_difference
 from rlvr.files import write_text_atomic
 from rlvr.train.logging import read_metrics
@@ -179,14 +180,17 @@ def paired(records: list[dict[str, Any]], methods: list[str], baseline: str,
 
 def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[str, Any],
                  smooth: int = 20, baseline: str | None = None,
-                 power_of: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None) -> dict[str, Any]:
+                 power_of: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
+                 shared_start: bool = False) -> dict[str, Any]:
     """Write results.json, results.md and the PNGs into ``out_dir``; return the results dict.
 
     ``runs``: one dict per (method, seed) with ``method``, ``seed``, ``run_dir``, ``status``
     ("done" | "failed" | "missing") and optionally ``error``. ``budget``: what every run was given
     (see ``describe_budget``); it is copied into results.json as is. ``baseline``: the method every
     other is paired against, seed by seed (default: the first method). ``power_of``: records →
-    the power section (``rlvr.compare.power.compare_power``), shown after the paired table.
+    the power section (``rlvr.compare.power.compare_power``), shown after the paired table. ``shared_start``:
+    every method of a seed started from one model, so results.json gets ``differing_starts`` (the runs whose
+    before-RL numbers say otherwise: :mod:`rlvr.compare.starts`), and results.md a warning where it is not empty.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,6 +210,8 @@ def build_report(out_dir: str | Path, runs: list[dict[str, Any]], budget: dict[s
                "problem_pairs": problem_table(records, methods, baseline, ["accuracy_after", *k_metrics], LOWER)}
     if power_of is not None:  # the runner's: pooled SD and MDE per claim metric (rlvr.compare.power)
         results["power"] = power_of(records)
+    if shared_start:
+        results["differing_starts"] = differing_starts(records)
     write_text_atomic(out / "results.json", json.dumps(results, indent=2))
     finished = {m: [(rec, rows) for rec, rows in pairs if rec["method"] == m and rec["status"] == "done"]
                 for m in methods}
@@ -297,7 +303,7 @@ def render_markdown(results: dict[str, Any], figures: list[str]) -> str:
             cell = format_cell(stats.get(metric), digits)
             cells.append(f"**{cell}**" if results["best"].get(metric) == method else cell)
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    lines += _failure_lines(results["runs"])
+    lines += _failure_lines(results["runs"]) + differing_lines(results.get("differing_starts") or [])
     lines += ["", "## Figures", ""] + [f"![{name}]({name})" for name in figures]
     return "\n".join(lines) + "\n"
 

@@ -56,8 +56,12 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     if records is not None:
         runs = stand_in(runs, records)
     (cfg.out_dir / "plan.json").write_text(json.dumps(runs, indent=1))
-    return build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline,
-                        power_of=lambda records: compare_power(cfg, records))
+    results = build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline,
+                           power_of=lambda records: compare_power(cfg, records), shared_start=bool(starts))
+    for item in results.get("differing_starts") or []:
+        print(f"[rlvr compare] warning: seed {item['seed']}: {', '.join(item['differ'])} did not start like "
+              f"{item['reference']} (before-RL numbers differ; see results.md)", file=sys.stderr, flush=True)
+    return results
 
 
 def plan_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] | None = None,
