@@ -46,10 +46,13 @@ def _importable_tests(monkeypatch):
 
 def test_finished_runs_survive_other_jobs_threads_and_a_moved_folder(tmp_path, capsys):
     out = tmp_path / "cmp"
+    first = _dry(_spec(tmp_path, out, steps=1), capsys)  # --dry-run reads each state below and writes nothing
+    assert not out.exists() and f"warm starts in {out / 'warm'}: 1 to build (0)" in first
+    assert "runs (1): 1 to start, 0 to resume" in first and "grpo  start 0" in first
     assert main(["compare", str(_spec(tmp_path, out, steps=1)), "--jobs", "1"]) == 0
     summary = out / "runs" / "grpo" / "seed0" / "summary.json"
     stamp = summary.stat().st_mtime_ns
-    capsys.readouterr()
+    assert "1 cached (0)" in (dry := _dry(_spec(tmp_path, out, steps=1), capsys)) and "grpo  reuse 0" in dry
     assert main(["compare", str(_spec(tmp_path, out, steps=1)), "--jobs", "2", "--threads", "2"]) == 0
     assert summary.stat().st_mtime_ns == stamp and "start" not in capsys.readouterr().out  # reused
     moved = tmp_path / "elsewhere"
@@ -59,6 +62,9 @@ def test_finished_runs_survive_other_jobs_threads_and_a_moved_folder(tmp_path, c
     assert plan[0]["reused"] is True and "start" not in capsys.readouterr().out
     before = json.loads((moved / "runs" / "grpo" / "seed0" / "summary.json").read_text())
 
+    files = sorted(moved.rglob("*"))
+    dry = _dry(_spec(tmp_path, moved, steps=2), capsys)
+    assert "grpo  archive 0" in dry and "grpo seed 0 changed: run.steps" in dry and sorted(moved.rglob("*")) == files
     assert main(["compare", str(_spec(tmp_path, moved, steps=2))]) == 0  # the budget changed: a new run
     err = capsys.readouterr().err
     assert "rlvr compare: grpo seed 0 changed (run.steps)" in err and "moved the previous run" in err
@@ -66,6 +72,17 @@ def test_finished_runs_survive_other_jobs_threads_and_a_moved_folder(tmp_path, c
     assert len(archived) == 1
     assert json.loads((archived[0] / "summary.json").read_text()) == before  # kept, not deleted
     assert json.loads((moved / "runs" / "grpo" / "seed0" / "summary.json").read_text())["steps"] == 2
+
+    (moved / "runs" / "grpo" / "seed0" / "summary.json").unlink()  # as if killed after its last checkpoint
+    shutil.rmtree(moved / "warm" / "seed0")
+    dry = _dry(_spec(tmp_path, moved, steps=2), capsys)
+    assert "1 to build (0)" in dry and "grpo  resume 0" in dry
+
+
+def _dry(spec: Path, capsys, *extra: str) -> str:
+    capsys.readouterr()
+    assert main(["compare", str(spec), "--dry-run", *extra]) == 0
+    return capsys.readouterr().out
 
 
 def _alive(pid: int, session: int | None = None) -> bool:
@@ -107,39 +124,6 @@ def test_a_terminated_comparison_stops_its_child_run(tmp_path):
             os.kill(child, signal.SIGKILL)
         proc.wait()
 
-
-def _dry(spec: Path, capsys, *extra: str) -> str:
-    capsys.readouterr()
-    assert main(["compare", str(spec), "--dry-run", *extra]) == 0
-    return capsys.readouterr().out
-
-
-def test_a_dry_run_reads_each_state_of_a_comparison_and_writes_nothing(tmp_path, capsys):
-    out = tmp_path / "cmp"
-
-    def two(steps: int) -> Path:  # seeds 0 and 1
-        return _spec(tmp_path, out, steps, seeds=(0, 1))
-
-    first = _dry(two(1), capsys)
-    assert not out.exists()  # nothing written
-    assert f"warm starts in {out / 'warm'}: 2 to build (0-1)" in first
-    assert "runs (2): 2 to start, 0 to resume" in first and "grpo  start 0-1" in first
-
-    assert main(["compare", str(two(1)), "--jobs", "2", "--threads", "1"]) == 0
-    (out / "runs" / "grpo" / "seed0" / "summary.json").unlink()  # killed after its checkpoint of step 1
-    shutil.rmtree(out / "runs" / "grpo" / "seed1")  # never run
-    before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    after_kill = _dry(two(1), capsys)
-    assert "2 cached (0-1)" in after_kill and "grpo  start 1; resume 0" in after_kill
-    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # still nothing written
-
-    assert main(["compare", str(two(1)), "--jobs", "2", "--threads", "1"]) == 0
-    assert "runs (2): 0 to start" in _dry(two(1), capsys)
-    assert "grpo  reuse 0-1" in _dry(two(1), capsys)
-    changed = _dry(two(2), capsys)  # a longer budget: each run is another experiment
-    assert "grpo  archive 0-1" in changed and "grpo seed 0 changed: run.steps" in changed
-    shutil.rmtree(out / "warm" / "seed1")
-    assert "1 cached (0), 1 to build (1)" in _dry(two(2), capsys)
 
 
 def test_only_names_each_item_that_matches_no_run(tmp_path, capsys):
