@@ -54,12 +54,12 @@ def test_finished_runs_survive_other_jobs_threads_and_a_moved_folder(tmp_path, c
     stamp = summary.stat().st_mtime_ns
     assert "1 cached (0)" in (dry := _dry(_spec(tmp_path, out, steps=1), capsys)) and "grpo  reuse 0" in dry
     assert main(["compare", str(_spec(tmp_path, out, steps=1)), "--jobs", "2", "--threads", "2"]) == 0
-    assert summary.stat().st_mtime_ns == stamp and "start" not in capsys.readouterr().out  # reused
+    assert summary.stat().st_mtime_ns == stamp and "[rlvr compare] start " not in capsys.readouterr().out  # reused
     moved = tmp_path / "elsewhere"
     shutil.move(str(out), str(moved))
     assert main(["compare", str(_spec(tmp_path, moved, steps=1)), "--threads", "1"]) == 0
     plan = json.loads((moved / "plan.json").read_text())
-    assert plan[0]["reused"] is True and "start" not in capsys.readouterr().out
+    assert plan[0]["reused"] is True and "[rlvr compare] start " not in capsys.readouterr().out
     before = json.loads((moved / "runs" / "grpo" / "seed0" / "summary.json").read_text())
 
     files = sorted(moved.rglob("*"))

@@ -42,6 +42,10 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     from rlvr.compare.power import compare_power
     from rlvr.compare.report import build_report
     jobs = max(1, jobs or cfg.jobs)
+    if progress:  # what is about to happen, as --dry-run says it
+        from rlvr.compare.dry_run import dry_run_text
+        for line in dry_run_text(plan_comparison(cfg, jobs, only, threads)).splitlines():
+            print(f"[rlvr compare] {line}", flush=True)
     plan, threads, forced = _plan(cfg, jobs, only, threads)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     (cfg.out_dir / "compare.yaml").write_text(yaml.safe_dump(cfg.source, sort_keys=False))
