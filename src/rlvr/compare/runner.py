@@ -42,16 +42,17 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     from rlvr.compare.power import compare_power
     from rlvr.compare.report import build_report
     jobs = max(1, jobs or cfg.jobs)
+    plan, threads, forced = _plan(cfg, jobs, only, threads)
+    folders = warm_folders(cfg, sorted({s for _, s in plan}))
+    trees = {(m.name, s): _tree(cfg, m, s, folders, threads, forced) for m, s in plan}
     if progress:  # what is about to happen, as --dry-run says it
         from rlvr.compare.dry_run import dry_run_text
-        for line in dry_run_text(plan_comparison(cfg, jobs, only, threads)).splitlines():
+        for line in dry_run_text(_plan_view(cfg, plan, folders, trees)).splitlines():
             print(f"[rlvr compare] {line}", flush=True)
-    plan, threads, forced = _plan(cfg, jobs, only, threads)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     (cfg.out_dir / "compare.yaml").write_text(yaml.safe_dump(cfg.source, sort_keys=False))
     _STOPPING.clear()
-    starts = _warm_starts(cfg, sorted({s for _, s in plan}), threads, jobs, progress)
-    trees = {(m.name, s): _tree(cfg, m, s, starts, threads, forced) for m, s in plan}
+    starts = _warm_starts(cfg, folders, threads, jobs, progress)
     console = Console("runs", len(plan), enabled=progress)
     statuses = _map(lambda ms: _run_one(cfg, ms[0], ms[1], trees[(ms[0].name, ms[1])], console), plan, jobs)
     runs = [_record(cfg, m, s) for m in cfg.methods for s in cfg.seeds]
@@ -75,10 +76,15 @@ def plan_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str]
     its saved config that changed."""
     plan, threads, forced = _plan(cfg, max(1, jobs or cfg.jobs), only, threads)
     folders = warm_folders(cfg, sorted({s for _, s in plan}))
+    return _plan_view(cfg, plan, folders, {(m.name, s): _tree(cfg, m, s, folders, threads, forced) for m, s in plan})
+
+
+def _plan_view(cfg: CompareConfig, plan: list[tuple[Method, int]], folders: dict[int, Path],
+               trees: dict[tuple[str, int], dict]) -> dict[str, Any]:
     warm = {seed: "cached" if (folder / "config.json").exists() else "build" for seed, folder in folders.items()}
     runs = []
     for method, seed in plan:
-        action, changed = run_action(cfg, seed, _tree(cfg, method, seed, folders, threads, forced))
+        action, changed = run_action(cfg, seed, trees[(method.name, seed)])
         runs.append({"method": method.name, "seed": seed, "action": action, "changed": changed})
     root = next(iter(folders.values())).parent if folders else None
     return {"warm_root": None if root is None else str(root), "warm": warm, "runs": runs}
@@ -129,9 +135,10 @@ def warm_folders(cfg: CompareConfig, seeds: list[int]) -> dict[int, Path]:
     return {seed: root / f"seed{seed}" for seed in seeds}
 
 
-def _warm_starts(cfg: CompareConfig, seeds: list[int], threads: int, jobs: int, progress: bool) -> dict[int, Path]:
-    """One warm-started model per seed (built once, reused by every method and every re-run)."""
-    folders = warm_folders(cfg, seeds)
+def _warm_starts(cfg: CompareConfig, folders: dict[int, Path], threads: int, jobs: int,
+                 progress: bool) -> dict[int, Path]:
+    """Build each seed's warm start in its folder (``warm_folders``) unless it is there: one per seed, reused
+    by every method and every re-run."""
     console = Console("warm starts", len(folders), enabled=progress)
 
     def build(seed: int) -> None:
