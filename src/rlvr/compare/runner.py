@@ -52,7 +52,7 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     (cfg.out_dir / "compare.yaml").write_text(yaml.safe_dump(cfg.source, sort_keys=False))
     _STOPPING.clear()
-    starts = _warm_starts(cfg, folders, threads, jobs, progress)
+    _warm_starts(cfg, folders, threads, jobs, progress)
     console = Console("runs", len(plan), enabled=progress)
     statuses = _map(lambda ms: _run_one(cfg, ms[0], ms[1], trees[(ms[0].name, ms[1])], console), plan, jobs)
     runs = [_record(cfg, m, s) for m in cfg.methods for s in cfg.seeds]
@@ -62,7 +62,7 @@ def run_comparison(cfg: CompareConfig, jobs: int | None = None, only: list[str] 
         runs = stand_in(runs, records)
     (cfg.out_dir / "plan.json").write_text(json.dumps(runs, indent=1))
     results = build_report(cfg.out_dir, runs, {**cfg.budget, "text": cfg.budget_text()}, baseline=cfg.baseline,
-                           power_of=lambda records: compare_power(cfg, records), shared_start=bool(starts))
+                           power_of=lambda records: compare_power(cfg, records), shared_start=bool(folders))
     for item in results.get("differing_starts") or []:
         print(f"[rlvr compare] warning: seed {item['seed']}: {', '.join(item['differ'])} did not start like "
               f"{item['reference']} (before-RL numbers differ; see results.md)", file=sys.stderr, flush=True)
@@ -135,8 +135,7 @@ def warm_folders(cfg: CompareConfig, seeds: list[int]) -> dict[int, Path]:
     return {seed: root / f"seed{seed}" for seed in seeds}
 
 
-def _warm_starts(cfg: CompareConfig, folders: dict[int, Path], threads: int, jobs: int,
-                 progress: bool) -> dict[int, Path]:
+def _warm_starts(cfg: CompareConfig, folders: dict[int, Path], threads: int, jobs: int, progress: bool) -> None:
     """Build each seed's warm start in its folder (``warm_folders``) unless it is there: one per seed, reused
     by every method and every re-run."""
     console = Console("warm starts", len(folders), enabled=progress)
@@ -158,7 +157,6 @@ def _warm_starts(cfg: CompareConfig, folders: dict[int, Path], threads: int, job
         os.replace(tmp, folder)
 
     _map(build, list(folders), jobs)
-    return folders
 
 
 def warm_key(base: dict) -> str:
